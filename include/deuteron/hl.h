@@ -1,0 +1,339 @@
+// The tile language: the types a kernel's lambda sees.
+//
+// A kernel is a C++ lambda taking `hl::Tensor` (and `hl::Scalar`) arguments. Deuteron calls it
+// once per specialisation (shapes, dtypes) with symbolic arguments and records what it does:
+// code outside the tile loops is host code (shape arithmetic, allocating outputs), the
+// outermost `hl::tile` loop becomes the launch grid, and its body runs on one block.
+//
+//   for (auto tile : hl::tile(out.sizes()))   // body traced once, on a symbolic tile
+//     out[tile] = x[tile] + y[tile];
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <source_location>
+#include <type_traits>
+#include <variant>
+#include <vector>
+
+#include "deuteron/dtype.h"
+
+namespace deuteron::hl {
+
+using Loc = std::source_location;
+
+namespace detail {
+struct Var;  // a traced variable: identity plus its current value
+}  // namespace detail
+
+class Tensor;
+
+// One tiled dimension of the block the current loop iteration works on.
+class Tile {
+ public:
+  Tile() = default;
+  // Global indices of this block's elements: a 1-D block of int64.
+  Tensor index(Loc loc = Loc::current()) const;
+  Tensor begin(Loc loc = Loc::current()) const;
+  Tensor end(Loc loc = Loc::current()) const;  // one past the last valid index
+  Tensor block_size(Loc loc = Loc::current()) const;
+  int axis() const { return axis_; }
+
+ private:
+  friend struct TileAccess;
+  int axis_ = -1;
+  int loop_ = -1;
+  int generation_ = -1;  // which trace this tile belongs to
+};
+
+// Several tiles from one `hl::tile(sizes)` loop; usable as an index (`out[tiles]`).
+using Tiles = std::vector<Tile>;
+
+// `hl::all` (PyTorch's `:`): a whole dimension.
+struct All {};
+inline constexpr All all{};
+
+// `hl::slice(start, stop)`: a constant range of a dimension.
+struct Slice {
+  int64_t start = 0, stop = 0;
+};
+inline Slice slice(int64_t start, int64_t stop) { return {start, stop}; }
+
+// One entry of an index: a tile, hl::all, a slice, an integer, or a device tensor
+// (a scalar, or a block of integer indices to gather).
+class Index {
+ public:
+  // Each constructor records the user's source location (the conversion happens at the
+  // indexing expression), so errors about the index point at the kernel's line.
+  Index(const Tile& t, Loc loc = Loc::current()) : v_(t), loc_(loc) {}
+  Index(All a, Loc loc = Loc::current()) : v_(a), loc_(loc) {}
+  Index(Slice s, Loc loc = Loc::current()) : v_(s), loc_(loc) {}
+  Index(int64_t i, Loc loc = Loc::current()) : v_(i), loc_(loc) {}
+  Index(int i, Loc loc = Loc::current()) : v_(int64_t(i)), loc_(loc) {}
+  Index(const Tensor& t, Loc loc = Loc::current());
+  const auto& get() const { return v_; }
+  const Loc& loc() const { return loc_; }
+
+ private:
+  std::variant<Tile, All, Slice, int64_t, std::shared_ptr<detail::Var>> v_;
+  Loc loc_;
+};
+
+// An index made of the tiles of one multi-dimensional loop, with the user's location.
+struct TilesIndex {
+  TilesIndex(const Tiles& t, Loc loc = Loc::current()) : tiles(t), loc(loc) {}
+  template <size_t N>
+  TilesIndex(const std::array<Tile, N>& t, Loc loc = Loc::current())
+      : tiles(t.begin(), t.end()), loc(loc) {}
+  Tiles tiles;
+  Loc loc;
+};
+
+// A size in a device shape: an integer or a tile's block size.
+class Size {
+ public:
+  Size(int64_t n) : v_(n) {}
+  Size(int n) : v_(int64_t(n)) {}
+  Size(const Tile& t) : v_(t) {}
+  const auto& get() const { return v_; }
+
+ private:
+  std::variant<int64_t, Tile> v_;
+};
+
+// A symbolic tensor: a kernel argument or output (host side), or a block value (device side).
+//
+// Copying makes a new variable; assigning (`acc = acc + x`) updates this variable, which is
+// how values carried around a tile loop are found. `x[index]` reads a block; assigning to it
+// (`out[tile] = value`) stores one.
+class Tensor {
+ public:
+  Tensor();
+  Tensor(const Tensor& other);
+  Tensor(Tensor&& other) noexcept;
+  Tensor& operator=(const Tensor& other) &;
+  Tensor& operator=(Tensor&& other) &;
+  // Store through an indexed block: `out[tile] = value`.
+  void operator=(const Tensor& value) &&;
+  void operator+=(const Tensor& value) &&;
+  Tensor& operator+=(const Tensor& value) &;
+  Tensor& operator-=(const Tensor& value) &;
+  Tensor& operator*=(const Tensor& value) &;
+  ~Tensor();
+
+  // Host side: the concrete shape of the argument or output.
+  std::vector<int64_t> sizes(Loc loc = Loc::current()) const;
+  int64_t size(int dim, Loc loc = Loc::current()) const;
+  int dim(Loc loc = Loc::current()) const;
+  DType dtype() const;
+
+  // Reading a block.
+  Tensor operator[](const Index& index) const;
+  Tensor operator[](std::initializer_list<Index> index) const;
+  Tensor operator[](const TilesIndex& tiles) const;
+
+  // Reductions over a block dim.
+  Tensor sum(int dim, bool keepdim = false, Loc loc = Loc::current()) const;
+  Tensor mean(int dim, bool keepdim = false, Loc loc = Loc::current()) const;
+  Tensor amax(int dim, bool keepdim = false, Loc loc = Loc::current()) const;
+  Tensor amin(int dim, bool keepdim = false, Loc loc = Loc::current()) const;
+
+  // Views.
+  Tensor reshape(std::vector<Size> shape, Loc loc = Loc::current()) const;
+  Tensor view(std::vector<Size> shape, Loc loc = Loc::current()) const;
+  Tensor unsqueeze(int dim, Loc loc = Loc::current()) const;
+  Tensor squeeze(int dim, Loc loc = Loc::current()) const;
+  Tensor transpose(int dim0, int dim1, Loc loc = Loc::current()) const;
+  Tensor permute(std::vector<int> dims, Loc loc = Loc::current()) const;
+  Tensor expand(std::vector<Size> shape, Loc loc = Loc::current()) const;
+  Tensor to(DType dtype, Loc loc = Loc::current()) const;
+  // The block's rank (device values).
+  int rank(Loc loc = Loc::current()) const;
+
+  // Internal: the traced variable behind this tensor.
+  explicit Tensor(std::shared_ptr<detail::Var> var);
+  const std::shared_ptr<detail::Var>& var() const { return var_; }
+
+ private:
+  std::shared_ptr<detail::Var> var_;
+};
+
+// A scalar kernel argument (float or integer), usable in device expressions.
+using Scalar = Tensor;
+
+// An operand of a pointwise op: a tensor or a number. Taking it by this type lets operators
+// record the user's source location.
+struct Operand {
+  template <typename T, typename = std::enable_if_t<std::is_arithmetic_v<T>>>
+  Operand(T number, Loc loc = Loc::current()) : number(double(number)), is_number(true), loc(loc) {}
+  Operand(const Tensor& t, Loc loc = Loc::current()) : tensor(t), loc(loc) {}
+  Tensor tensor;
+  double number = 0.0;
+  bool is_number = false;
+  Loc loc;
+};
+
+Tensor operator+(const Operand& a, const Operand& b);
+Tensor operator-(const Operand& a, const Operand& b);
+Tensor operator*(const Operand& a, const Operand& b);
+Tensor operator/(const Operand& a, const Operand& b);
+Tensor operator-(const Tensor& a);
+Tensor operator==(const Operand& a, const Operand& b);
+Tensor operator!=(const Operand& a, const Operand& b);
+Tensor operator<(const Operand& a, const Operand& b);
+Tensor operator<=(const Operand& a, const Operand& b);
+Tensor operator>(const Operand& a, const Operand& b);
+Tensor operator>=(const Operand& a, const Operand& b);
+Tensor operator&&(const Operand& a, const Operand& b);
+Tensor operator||(const Operand& a, const Operand& b);
+Tensor operator!(const Tensor& a);
+
+Tensor maximum(const Operand& a, const Operand& b);
+Tensor minimum(const Operand& a, const Operand& b);
+Tensor where(const Operand& cond, const Operand& a, const Operand& b);
+
+Tensor exp(const Tensor& x, Loc loc = Loc::current());
+Tensor exp2(const Tensor& x, Loc loc = Loc::current());
+Tensor log(const Tensor& x, Loc loc = Loc::current());
+Tensor sqrt(const Tensor& x, Loc loc = Loc::current());
+Tensor rsqrt(const Tensor& x, Loc loc = Loc::current());
+Tensor tanh(const Tensor& x, Loc loc = Loc::current());
+Tensor sigmoid(const Tensor& x, Loc loc = Loc::current());
+Tensor silu(const Tensor& x, Loc loc = Loc::current());
+Tensor erf(const Tensor& x, Loc loc = Loc::current());
+// approximate: "none" (erf form, PyTorch's default) or "tanh".
+Tensor gelu(const Tensor& x, const char* approximate = "none", Loc loc = Loc::current());
+Tensor abs(const Tensor& x, Loc loc = Loc::current());
+
+Tensor sum(const Tensor& x, int dim, bool keepdim = false, Loc loc = Loc::current());
+Tensor mean(const Tensor& x, int dim, bool keepdim = false, Loc loc = Loc::current());
+Tensor amax(const Tensor& x, int dim, bool keepdim = false, Loc loc = Loc::current());
+Tensor amin(const Tensor& x, int dim, bool keepdim = false, Loc loc = Loc::current());
+
+// Device-side creation.
+Tensor zeros(std::vector<Size> shape, DType dtype = DType::f32, Loc loc = Loc::current());
+Tensor full(std::vector<Size> shape, double value, DType dtype = DType::f32,
+            Loc loc = Loc::current());
+// The integers [0, n) as a 1-D block of int64.
+Tensor arange(int64_t n, Loc loc = Loc::current());
+
+// Host-side creation of outputs.
+Tensor empty(std::vector<int64_t> shape, DType dtype = DType::f32, Loc loc = Loc::current());
+Tensor empty_like(const Tensor& t, Loc loc = Loc::current());
+Tensor empty_like(const Tensor& t, DType dtype, Loc loc = Loc::current());
+
+// A block size shared by several tile loops (tuned once for all of them).
+class BlockSize {
+ public:
+  BlockSize() = default;
+  int param() const { return param_; }
+
+ private:
+  friend struct TileAccess;
+  int param_ = -1;
+};
+BlockSize register_block_size(int64_t min, int64_t max, Loc loc = Loc::current());
+
+// Options of a tile loop. A zero block size means "tuned".
+struct TileOptions {
+  int64_t block_size = 0;
+  BlockSize shared{};
+};
+
+// A loop bound: a constant, or a device scalar (for example another tile's end).
+class Bound {
+ public:
+  Bound(int64_t n) : v_(n) {}
+  Bound(int n) : v_(int64_t(n)) {}
+  Bound(const Tensor& t);
+  const auto& get() const { return v_; }
+
+ private:
+  std::variant<int64_t, std::shared_ptr<detail::Var>> v_;
+};
+
+namespace detail {
+// The range a traced tile loop iterates over: exactly one symbolic iteration. Entering it
+// opens the loop in the trace; leaving it (the iterator reaching the end) closes it.
+template <typename Item>
+class LoopRange {
+ public:
+  struct Sentinel {};
+  class Iterator {
+   public:
+    explicit Iterator(LoopRange* r) : r_(r) {}
+    Item operator*() const { return r_->item_; }
+    Iterator& operator++() {
+      r_->close();
+      return *this;
+    }
+    bool operator!=(Sentinel) const { return !r_->closed_; }
+
+   private:
+    LoopRange* r_;
+  };
+  LoopRange(Item item, int loop) : item_(std::move(item)), loop_(loop) {}
+  LoopRange(const LoopRange&) = delete;
+  ~LoopRange();
+  Iterator begin() { return Iterator(this); }
+  Sentinel end() { return {}; }
+
+ private:
+  void close();
+  Item item_;
+  int loop_;
+  bool closed_ = false;
+};
+}  // namespace detail
+
+using TileRange = detail::LoopRange<Tile>;
+using TilesRange = detail::LoopRange<Tiles>;
+template <size_t N>
+using TileArrayRange = detail::LoopRange<std::array<Tile, N>>;
+
+// Tile loops. `hl::tile(n)` tiles [0, n); `hl::tile(begin, end)` tiles [begin, end).
+TileRange tile(int64_t end, TileOptions opts = {}, Loc loc = Loc::current());
+TileRange tile(Bound begin, Bound end, TileOptions opts = {}, Loc loc = Loc::current());
+// Several dimensions at once, as structured bindings: `for (auto [tm, tn] : hl::tile({m, n}))`.
+template <size_t N>
+TileArrayRange<N> tile(const int64_t (&extents)[N], Loc loc = Loc::current());
+// Any number of dimensions: `for (auto tiles : hl::tile(out.sizes()))`.
+TilesRange tile(const std::vector<int64_t>& extents, Loc loc = Loc::current());
+// Scalar indices: a tile of block size one whose dimension is dropped when indexing.
+TileRange grid(int64_t end, Loc loc = Loc::current());
+
+}  // namespace deuteron::hl
+
+// ---- template definitions ---------------------------------------------------------------------
+namespace deuteron::hl::detail {
+// Opens a tile loop over `extents` in the current trace; returns its tiles and loop id.
+std::pair<Tiles, int> open_tile_loop(const std::vector<int64_t>& extents, Loc loc);
+// Closes the innermost open loop (which must be `loop`).
+void close_loop(int loop);
+// Whether an exception is unwinding through the trace (then loops close silently).
+void abandon_loop(int loop) noexcept;
+
+template <typename Item>
+void LoopRange<Item>::close() {
+  if (!closed_) {
+    closed_ = true;
+    close_loop(loop_);
+  }
+}
+template <typename Item>
+LoopRange<Item>::~LoopRange() {
+  if (!closed_) abandon_loop(loop_);
+}
+}  // namespace deuteron::hl::detail
+
+namespace deuteron::hl {
+template <size_t N>
+TileArrayRange<N> tile(const int64_t (&extents)[N], Loc loc) {
+  auto [tiles, loop] = detail::open_tile_loop(std::vector<int64_t>(extents, extents + N), loc);
+  std::array<Tile, N> items;
+  for (size_t i = 0; i < N; ++i) items[i] = tiles[i];
+  return TileArrayRange<N>(items, loop);
+}
+}  // namespace deuteron::hl

@@ -1,0 +1,41 @@
+// What every target provides: limits for the config space, source text from a plan, and an
+// executable that runs it. The autotuner and the driver only talk to targets through this.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "deuteron/tensor.h"
+#include "plan/plan.h"
+
+namespace deuteron::backends {
+
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  // tensors: the IR's host tensors in order (inputs and allocated outputs); scalars: the
+  // scalar arguments in order.
+  virtual void run(const std::vector<Tensor>& tensors, const std::vector<double>& scalars) = 0;
+  bool compiled = false;  // this process invoked the target's compiler for it
+  double compile_seconds = 0;
+  std::string source_path;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual config::TargetLimits limits() const = 0;
+  // Checks rules of this target that the plan must satisfy; throws ConfigError.
+  virtual void check(const plan::Plan& p) const { (void)p; }
+  virtual std::string emit(const plan::Plan& p) const = 0;
+  virtual std::unique_ptr<Executable> compile(const plan::Plan& p) const = 0;
+};
+
+// The target named `name` ("cpu", "pallas", ...); throws ArgumentError listing the known ones.
+const Backend& get(const std::string& name);
+std::vector<std::string> names();
+
+}  // namespace deuteron::backends

@@ -1,0 +1,44 @@
+// What the CPU this process runs on can do: ISA features, caches, and measured peaks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace deuteron::cpu {
+
+struct CpuInfo {
+  std::string vendor;      // "GenuineIntel", "AuthenticAMD", ...
+  std::string model_name;  // CPUID brand string, e.g. "AMD EPYC 9R45"
+  int cores = 1;           // logical CPUs this process may run on
+  // ISA features usable here (CPU support and OS-enabled register state).
+  bool avx2 = false, fma = false, avx512f = false, avx512bw = false, avx512vl = false;
+  bool avx512_bf16 = false, avx512_fp16 = false;
+  // AMX tiles + bf16. A process must still ask Linux for permission (arch_prctl) to use them.
+  bool amx = false;
+  int simd_bytes = 32;  // 64 if avx512f else 32
+  // Per-core L1D and L2; L3 of one instance (shared by several cores).
+  int64_t l1d_bytes = 0, l2_bytes = 0, l3_bytes = 0;
+  // The feature flags above plus CPUID's raw ISA words: code built with -march=native on this
+  // CPU runs on any CPU with the same key. For cache keys.
+  std::string features_key;
+};
+
+// Read once with CPUID. $DEUTERON_L2_BYTES overrides l2_bytes.
+const CpuInfo& cpu_info();
+
+struct Roofline {
+  double peak_gflops = 0;        // f32 FMA, all cores
+  double peak_gflops_1core = 0;  // f32 FMA, one core
+  double copy_gbps = 0;          // large-array copy, all cores; bytes read + written per second
+  double copy_gbps_1core = 0;    // the same on one core
+};
+
+// Measures now (a few seconds): FMA peak with the widest vectors the CPU has, and copy
+// bandwidth on arrays much larger than L3.
+Roofline measure_roofline();
+
+// The roofline of this machine: measured once and kept in
+// cache_root()/roofline-<hash of model, features, cores>.json (and in memory).
+Roofline roofline(bool remeasure = false);
+
+}  // namespace deuteron::cpu

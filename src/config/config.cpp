@@ -1,0 +1,273 @@
+#include "config/config.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "deuteron/error.h"
+
+namespace deuteron::config {
+
+Config Config::parse(const std::string& text) {
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    throw ConfigError(fmt::format("config is not valid JSON: {}", e.what()), "",
+                      R"(write it as a JSON object, e.g. {"block_t0": 4})");
+  }
+  if (!j.is_object())
+    throw ConfigError(fmt::format("config must be a JSON object, got: {}", text), "",
+                      R"(write it as a JSON object, e.g. {"block_t0": 4})");
+  std::map<std::string, Json> values;
+  for (auto& [k, v] : j.items()) values[k] = v;
+  return Config(values);
+}
+
+int64_t Config::integer(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end() || !it->second.is_number_integer())
+    throw ConfigError(fmt::format("config has no integer '{}'", name));
+  return it->second.get<int64_t>();
+}
+
+std::string Config::text(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end() || !it->second.is_string())
+    throw ConfigError(fmt::format("config has no string '{}'", name));
+  return it->second.get<std::string>();
+}
+
+Json Config::to_json() const {
+  Json j = Json::object();
+  for (auto& [k, v] : values_) j[k] = v;
+  return j;
+}
+
+std::string Config::dump() const { return to_json().dump(); }
+
+namespace {
+
+int64_t next_pow2(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+std::vector<Json> powers(int64_t lo, int64_t hi) {
+  std::vector<Json> v;
+  for (int64_t p = next_pow2(std::max<int64_t>(lo, 1)); p <= hi; p <<= 1) v.push_back(p);
+  if (v.empty()) v.push_back(next_pow2(hi));
+  return v;
+}
+
+Json pick(const std::vector<Json>& values, int64_t want) {
+  Json best = values.front();
+  for (const Json& v : values)
+    if (v.get<int64_t>() <= want) best = v;
+  return best;
+}
+
+}  // namespace
+
+ConfigSpace ConfigSpace::derive(const ir::Kernel& k, const TargetLimits& limits) {
+  ConfigSpace s;
+  std::map<std::string, Json> d;
+  const ir::Loop& grid = k.grid_loop();
+
+  // Elements per grid row that do not depend on the grid block (whole dims read per block).
+  int64_t row = 1;
+  for (const ir::Axis& ax : k.axes)
+    if (ax.kind == ir::AxisKind::Reduction) row = std::max(row, ax.extent);
+
+  for (size_t p = 0; p < k.block_params.size(); ++p) {
+    const ir::BlockParam& bp = k.block_params[p];
+    if (bp.fixed) continue;
+    Tunable t;
+    t.name = bp.name;
+    t.kind = Tunable::Kind::BlockSize;
+    if (bp.reduction) {
+      // Whole dimension in one block (persistent), or looped in blocks of a few sizes.
+      for (int64_t div = 16; div >= 2; div /= 2)
+        if (bp.max / div >= bp.min && bp.max / div >= 16) t.values.push_back(bp.max / div);
+      t.values.push_back(bp.max);
+      t.help = fmt::format("block of a whole dimension: {} = persistent (one block), smaller = looped",
+                           bp.max);
+      // Persistent unless a block of rows would crowd the fast memory.
+      d[t.name] = bp.max * 4 * 8 <= limits.fast_memory_bytes ? Json(bp.max) : t.values.front();
+    } else {
+      t.values = powers(bp.min, bp.max);
+      t.help = "block size of a tiled dimension";
+      // Axes using this param: grid axes get rows that fill about 16K elements per block;
+      // the innermost grid axis and inner loops get up to 512 contiguous elements.
+      bool innermost = false, in_grid = false;
+      int64_t extent = 1;
+      for (const ir::Axis& ax : k.axes) {
+        if (ax.block_param != int(p)) continue;
+        extent = std::max(extent, ax.extent);
+        if (ax.loop == -1) continue;
+        const ir::Loop& l = k.loops[size_t(ax.loop)];
+        if (l.grid) {
+          in_grid = true;
+          innermost = innermost || (&ax - k.axes.data()) == l.axes.back();
+        }
+      }
+      int64_t want = 512;
+      if (in_grid && !(innermost && grid.axes.size() > 1)) want = std::max<int64_t>(1, 16384 / row);
+      d[t.name] = pick(t.values, std::min(want, next_pow2(extent)));
+    }
+    s.tunables_.push_back(t);
+  }
+
+  // Keep at least a few grid blocks per core so the parallel loop balances.
+  auto blocks = [&] {
+    int64_t n = 1;
+    for (int a : grid.axes) {
+      const ir::Axis& ax = k.axes[size_t(a)];
+      const ir::BlockParam& bp = k.block_params[size_t(ax.block_param)];
+      int64_t b = bp.fixed ? bp.fixed : d[bp.name].get<int64_t>();
+      n *= (ax.extent + b - 1) / b;
+    }
+    return n;
+  };
+  for (int a : grid.axes) {
+    const ir::BlockParam& bp = k.block_params[size_t(k.axes[size_t(a)].block_param)];
+    if (bp.fixed) continue;
+    while (blocks() < 4 * limits.cores && d[bp.name].get<int64_t>() > bp.min &&
+           d[bp.name].get<int64_t>() > 1)
+      d[bp.name] = d[bp.name].get<int64_t>() / 2;
+  }
+
+  if (grid.axes.size() > 1) {
+    Tunable t;
+    t.name = "grid_order";
+    t.help = "order of the grid axes, fastest-varying last";
+    std::vector<int> perm(grid.axes.size());
+    std::iota(perm.begin(), perm.end(), 0);
+    do t.values.push_back(perm);
+    while (std::next_permutation(perm.begin(), perm.end()));
+    d[t.name] = t.values.front();
+    s.tunables_.push_back(t);
+  }
+
+  // Inner (device) loops that read tensors: how their operand blocks reach fast memory.
+  for (size_t l = 0; l < k.loops.size(); ++l) {
+    const ir::Loop& loop = k.loops[l];
+    if (loop.grid) continue;
+    bool reads = false;
+    for (const ir::Stmt& st : loop.body)
+      if (st.kind == ir::Stmt::Kind::Op && k.ops[size_t(st.id)].kind == ir::OpKind::Load) reads = true;
+    if (!reads) continue;
+    std::string axis = k.axes[size_t(loop.axes.front())].name;
+    Tunable strat;
+    strat.name = "inner_" + axis;
+    strat.help = "operand blocks of this loop: in_place (read where they are), stream (stage "
+                 "each block into scratch), resident (stage the whole loop's extent once)";
+    strat.values = {"in_place", "stream", "resident"};
+    d[strat.name] = "in_place";
+    s.tunables_.push_back(strat);
+    Tunable buf;
+    buf.name = "buffers_" + axis;
+    buf.kind = Tunable::Kind::Count;
+    buf.help = "stream: blocks staged ahead (1 = no prefetch, 2 = double buffering)";
+    buf.values = {1, 2, 3};
+    d[buf.name] = 2;
+    s.tunables_.push_back(buf);
+  }
+
+  Tunable threads;
+  threads.name = "num_threads";
+  threads.kind = Tunable::Kind::Count;
+  threads.help = "threads running the grid in parallel";
+  for (int c = 1; c <= std::max(limits.cores, 1); ++c) threads.values.push_back(c);
+  d[threads.name] = std::max(limits.cores, 1);
+  s.tunables_.push_back(threads);
+
+  s.default_ = Config(d);
+  return s;
+}
+
+Config ConfigSpace::complete(const Config& c) const {
+  Config out = default_;
+  for (auto& [name, value] : c.values()) {
+    auto it = std::find_if(tunables_.begin(), tunables_.end(),
+                           [&](const Tunable& t) { return t.name == name; });
+    if (it == tunables_.end()) {
+      std::vector<std::string> names;
+      for (auto& t : tunables_) names.push_back(t.name);
+      throw ConfigError(fmt::format("config names '{}', which this kernel does not have", name), "",
+                        fmt::format("its tunables are: {}", fmt::join(names, ", ")));
+    }
+    if (std::find(it->values.begin(), it->values.end(), value) == it->values.end()) {
+      std::vector<std::string> legal;
+      for (auto& v : it->values) legal.push_back(v.dump());
+      throw ConfigError(fmt::format("illegal value {} for '{}' ({})", value.dump(), name, it->help),
+                        "", fmt::format("legal values: {}", fmt::join(legal, ", ")));
+    }
+    out.set(name, value);
+  }
+  return out;
+}
+
+int64_t ConfigSpace::size() const {
+  int64_t n = 1;
+  for (auto& t : tunables_) {
+    if (n > (int64_t(1) << 62) / int64_t(t.values.size())) return int64_t(1) << 62;
+    n *= int64_t(t.values.size());
+  }
+  return n;
+}
+
+Config ConfigSpace::random(std::mt19937_64& rng) const {
+  Config c;
+  for (auto& t : tunables_) c.set(t.name, t.values[rng() % t.values.size()]);
+  return c;
+}
+
+std::vector<int> ConfigSpace::encode(const Config& c) const {
+  std::vector<int> pos;
+  Config full = complete(c);
+  for (auto& t : tunables_) {
+    auto it = std::find(t.values.begin(), t.values.end(), full.values().at(t.name));
+    pos.push_back(int(it - t.values.begin()));
+  }
+  return pos;
+}
+
+Config ConfigSpace::decode(const std::vector<int>& pos) const {
+  Config c;
+  for (size_t i = 0; i < tunables_.size(); ++i) {
+    const auto& vals = tunables_[i].values;
+    int p = std::clamp(pos.at(i), 0, int(vals.size()) - 1);
+    c.set(tunables_[i].name, vals[size_t(p)]);
+  }
+  return c;
+}
+
+std::vector<Config> ConfigSpace::neighbours(const Config& c) const {
+  std::vector<Config> out;
+  std::vector<int> pos = encode(c);
+  for (size_t i = 0; i < tunables_.size(); ++i)
+    for (int step : {-1, 1}) {
+      int p = pos[i] + step;
+      if (p < 0 || p >= int(tunables_[i].values.size())) continue;
+      auto q = pos;
+      q[i] = p;
+      out.push_back(decode(q));
+    }
+  return out;
+}
+
+std::string ConfigSpace::describe() const {
+  std::string out;
+  for (auto& t : tunables_) {
+    std::vector<std::string> v;
+    for (auto& x : t.values) v.push_back(x.dump());
+    out += fmt::format("  {}: {}  # {}\n", t.name, fmt::join(v, " | "), t.help);
+  }
+  return out;
+}
+
+}  // namespace deuteron::config

@@ -1,0 +1,87 @@
+// The config space of a kernel, derived from its IR, and configs (points in it).
+//
+// A config is a flat JSON object of named choices, e.g.
+//   {"block_t0": 4, "reduce_r0": 4096, "num_threads": 2}
+// Block sizes are named after the IR's block params; other tunables after the loop they
+// affect. Every name comes from the IR, never from a per-kernel table.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ir/ir.h"
+
+namespace deuteron::config {
+
+using Json = nlohmann::json;
+
+// One tunable: a name and its legal values (in order, so neighbours are meaningful).
+struct Tunable {
+  enum class Kind { BlockSize, Choice, Count };
+  std::string name;
+  Kind kind = Kind::Choice;
+  std::vector<Json> values;
+  std::string help;  // what it controls, for `deuteron tune --help-space` and logs
+};
+
+class Config {
+ public:
+  Config() = default;
+  explicit Config(std::map<std::string, Json> values) : values_(std::move(values)) {}
+  // Parses a JSON object; throws ConfigError with the parse position on bad text.
+  static Config parse(const std::string& text);
+
+  bool has(const std::string& name) const { return values_.count(name) > 0; }
+  int64_t integer(const std::string& name) const;
+  std::string text(const std::string& name) const;
+  void set(const std::string& name, Json value) { values_[name] = std::move(value); }
+  const std::map<std::string, Json>& values() const { return values_; }
+
+  Json to_json() const;
+  std::string dump() const;  // compact, keys sorted: stable, usable as a key
+  bool operator==(const Config& o) const { return values_ == o.values_; }
+  bool operator<(const Config& o) const { return dump() < o.dump(); }
+
+ private:
+  std::map<std::string, Json> values_;
+};
+
+// Machine facts the space needs: how many cores, how much fast memory per core.
+struct TargetLimits {
+  int cores = 1;
+  int64_t fast_memory_bytes = 1 << 20;
+};
+
+class ConfigSpace {
+ public:
+  // Derives the space from the IR.
+  static ConfigSpace derive(const ir::Kernel& k, const TargetLimits& limits);
+
+  const std::vector<Tunable>& tunables() const { return tunables_; }
+  // A config that is valid for every shape, with heuristic block sizes.
+  Config default_config() const { return default_; }
+  // Checks names and values; a missing tunable takes its default. Throws ConfigError naming
+  // the tunable, the bad value and the legal ones.
+  Config complete(const Config& c) const;
+  // Number of points (saturating at 2^62).
+  int64_t size() const;
+  Config random(std::mt19937_64& rng) const;
+  // Configs that differ from `c` in one tunable by one step.
+  std::vector<Config> neighbours(const Config& c) const;
+  // Position of each tunable's value in its list (for search algorithms).
+  std::vector<int> encode(const Config& c) const;
+  Config decode(const std::vector<int>& positions) const;
+  std::string describe() const;
+
+ private:
+  std::vector<Tunable> tunables_;
+  Config default_;
+};
+
+}  // namespace deuteron::config

@@ -1,0 +1,121 @@
+#include "driver/driver.h"
+
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "deuteron/error.h"
+#include "passes/passes.h"
+
+namespace deuteron::driver {
+
+namespace {
+TuneHook& tune_hook() {
+  static TuneHook hook;
+  return hook;
+}
+std::mutex& cache_mutex() {
+  static std::mutex m;
+  return m;
+}
+}  // namespace
+
+void set_tune_hook(TuneHook hook) { tune_hook() = std::move(hook); }
+
+Specialized specialize(const KernelBase& k, const std::vector<frontend::ArgSpec>& args,
+                       const std::string& target) {
+  Specialized s;
+  s.kernel = &k;
+  s.args = args;
+  s.key = frontend::specialization_key(args);
+  s.backend = &backends::get(target);
+  s.ir = frontend::trace(k, args);
+  passes::run_all(s.ir);
+  s.space = config::ConfigSpace::derive(s.ir, s.backend->limits());
+  return s;
+}
+
+Choice choose_config(const Specialized& s) {
+  if (!s.kernel->options().config.empty())
+    return {s.space.complete(config::Config::parse(s.kernel->options().config)), "pinned", false};
+  std::string effort = s.kernel->options().effort;
+  if (const char* e = std::getenv("DEUTERON_AUTOTUNE_EFFORT")) effort = e;
+  if (effort != "none" && tune_hook()) return tune_hook()(s, effort);
+  return {s.space.default_config(), "default", false};
+}
+
+plan::Plan lower(const Specialized& s, const config::Config& c) {
+  plan::Plan p = plan::lower(s.ir, s.space.complete(c), s.backend->limits(), s.backend->name());
+  s.backend->check(p);
+  return p;
+}
+
+Bound bind(const Specialized& s, const std::vector<Arg>& args) {
+  Bound b;
+  for (const ir::HostTensor& t : s.ir.tensors) {
+    if (t.role == ir::HostRole::Input) {
+      const Tensor& a = std::get<Tensor>(args.at(size_t(t.arg_index)));
+      b.tensors.push_back(a);
+    } else {
+      b.tensors.push_back(Tensor::empty(t.shape, t.dtype));
+    }
+  }
+  for (const ir::ScalarParam& sp : s.ir.scalars) {
+    const Arg& a = args.at(size_t(sp.arg_index));
+    b.scalars.push_back(std::holds_alternative<double>(a) ? std::get<double>(a)
+                                                          : double(std::get<int64_t>(a)));
+  }
+  for (int o : s.ir.outputs) b.outputs.push_back(b.tensors[size_t(o)]);
+  return b;
+}
+
+std::shared_ptr<backends::Executable> executable(const Specialized& s, const config::Config& c) {
+  static std::map<std::string, std::shared_ptr<backends::Executable>> cache;
+  std::string key = fmt::format("{}@{}:{}|{}|{}|{}", s.kernel->name(), s.kernel->location().file_name(),
+                                s.kernel->location().line(), s.key, s.backend->name(), c.dump());
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  std::shared_ptr<backends::Executable> exe = s.backend->compile(lower(s, c));
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  cache[key] = exe;
+  return exe;
+}
+
+}  // namespace deuteron::driver
+
+namespace deuteron {
+
+Outputs KernelBase::run(const std::vector<Arg>& args) const {
+  auto specs = frontend::describe_args(*this, args);
+  // Traces are cheap but not free: keep the specialisations this kernel has seen.
+  static std::mutex m;
+  static std::map<std::string, std::shared_ptr<driver::Specialized>> seen;
+  std::string key = fmt::format("{}@{}:{}|{}", name(), location().file_name(), location().line(),
+                                frontend::specialization_key(specs));
+  std::shared_ptr<driver::Specialized> s;
+  std::shared_ptr<driver::Choice> choice;
+  static std::map<std::string, std::shared_ptr<driver::Choice>> choices;
+  {
+    std::lock_guard<std::mutex> lock(m);
+    if (seen.count(key)) {
+      s = seen[key];
+      choice = choices[key];
+    }
+  }
+  if (!s) {
+    s = std::make_shared<driver::Specialized>(driver::specialize(*this, specs, "cpu"));
+    choice = std::make_shared<driver::Choice>(driver::choose_config(*s));
+    std::lock_guard<std::mutex> lock(m);
+    seen[key] = s;
+    choices[key] = choice;
+  }
+  auto exe = driver::executable(*s, choice->config);
+  driver::Bound b = driver::bind(*s, args);
+  exe->run(b.tensors, b.scalars);
+  return b.outputs;
+}
+
+}  // namespace deuteron

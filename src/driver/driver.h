@@ -1,0 +1,60 @@
+// The driver: one kernel call from arguments to results, through every layer in order:
+// frontend (trace) -> passes -> config (space, choice) -> plan -> backend (compile) -> run.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "config/config.h"
+#include "deuteron/kernel.h"
+#include "frontend/frontend.h"
+#include "ir/ir.h"
+#include "plan/plan.h"
+
+namespace deuteron::driver {
+
+// A kernel specialised to one set of argument shapes and dtypes, for one target.
+struct Specialized {
+  const KernelBase* kernel = nullptr;
+  std::vector<frontend::ArgSpec> args;
+  std::string key;  // specialisation key (shapes, dtypes, layout)
+  ir::Kernel ir;  // after the passes
+  config::ConfigSpace space;
+  const backends::Backend* backend = nullptr;
+};
+
+Specialized specialize(const KernelBase& k, const std::vector<frontend::ArgSpec>& args,
+                       const std::string& target);
+
+// Where a config came from.
+struct Choice {
+  config::Config config;
+  std::string origin;  // "pinned", "given", "cache", "tuned", "default"
+  bool tuned = false;  // this process ran the autotuner
+};
+
+// How a config is chosen when the caller does not give one: the kernel's pinned config, else
+// the tuner's cache, else tuning (effort from the options, DEUTERON_AUTOTUNE_EFFORT overrides).
+// The tuner is plugged in by the autotune layer (a hook, so the driver does not depend on it).
+using TuneHook = std::function<Choice(const Specialized&, const std::string& effort)>;
+void set_tune_hook(TuneHook hook);
+Choice choose_config(const Specialized& s);
+
+plan::Plan lower(const Specialized& s, const config::Config& c);
+
+// Allocates outputs, binds arguments to the IR's host tensors, and runs.
+struct Bound {
+  std::vector<Tensor> tensors;  // IR host tensors in order
+  std::vector<double> scalars;
+  Outputs outputs;
+};
+Bound bind(const Specialized& s, const std::vector<Arg>& args);
+
+// The compiled kernel for a specialisation and config, cached in memory for the process.
+std::shared_ptr<backends::Executable> executable(const Specialized& s, const config::Config& c);
+
+}  // namespace deuteron::driver

@@ -1,0 +1,19 @@
+// Entry point of the frontend: trace a kernel for one specialisation into its IR.
+#pragma once
+
+#include <vector>
+
+#include "deuteron/kernel.h"
+#include "frontend/tracer.h"
+#include "ir/ir.h"
+
+namespace deuteron::frontend {
+
+// Describes the call's arguments (shapes, dtypes, strides); throws ArgumentError on bad ones.
+std::vector<ArgSpec> describe_args(const KernelBase& k, const std::vector<Arg>& args);
+// Runs the kernel's lambda on symbolic arguments and returns the recorded IR (unoptimised).
+ir::Kernel trace(const KernelBase& k, const std::vector<ArgSpec>& args);
+// A stable string naming the specialisation: shapes, dtypes and layout of every argument.
+std::string specialization_key(const std::vector<ArgSpec>& args);
+
+}  // namespace deuteron::frontend

@@ -1,0 +1,778 @@
+#include "frontend/tracer.h"
+
+#include <algorithm>
+#include <exception>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace deuteron::frontend {
+
+namespace {
+thread_local Tracer* g_current = nullptr;
+int g_generation = 0;
+
+int64_t next_pow2(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+}  // namespace
+
+Tracer::Tracer(std::string kernel_name, std::source_location defined_at)
+    : generation_(++g_generation), previous_(g_current) {
+  k_.name = std::move(kernel_name);
+  k_.loc = defined_at;
+  g_current = this;
+}
+
+Tracer::~Tracer() { g_current = previous_; }
+
+Tracer* Tracer::current_or_null() { return g_current; }
+
+Tracer& Tracer::current(const std::source_location& loc) {
+  if (!g_current)
+    throw KernelError("a tile-language operation was used outside a kernel trace",
+                      format_location(loc),
+                      "hl:: operations only work inside the lambda given to deuteron::kernel");
+  return *g_current;
+}
+
+void Tracer::fail(const std::string& what, const std::source_location& loc,
+                  const std::string& hint) const {
+  throw KernelError(fmt::format("in kernel '{}': {}", k_.name, what), format_location(loc), hint);
+}
+
+std::vector<ir::Stmt>& Tracer::body() {
+  if (open_loops_.empty()) return k_.top;
+  return k_.loops[size_t(open_loops_.back().loop)].body;
+}
+
+std::string Tracer::fresh_name(const std::string& base) {
+  int n = 0;
+  for (const auto& u : used_names_)
+    if (u.rfind(base, 0) == 0) ++n;
+  used_names_.push_back(base);
+  return fmt::format("{}{}", base, n);
+}
+
+// ---- arguments and outputs --------------------------------------------------------------------
+
+std::shared_ptr<Var> Tracer::tensor_arg(const ArgSpec& spec, int arg_index) {
+  ir::HostTensor t;
+  t.name = spec.name.empty() ? fmt::format("arg{}", arg_index) : spec.name;
+  t.role = ir::HostRole::Input;
+  t.arg_index = arg_index;
+  t.dtype = spec.dtype;
+  t.shape = spec.shape;
+  t.strides = spec.strides;
+  k_.tensors.push_back(t);
+  auto v = std::make_shared<Var>();
+  v->id = next_var_++;
+  v->host = true;
+  v->tensor = int(k_.tensors.size()) - 1;
+  return v;
+}
+
+std::shared_ptr<Var> Tracer::scalar_arg(const ArgSpec& spec, int arg_index) {
+  ir::ScalarParam s;
+  s.name = spec.name.empty() ? fmt::format("arg{}", arg_index) : spec.name;
+  s.arg_index = arg_index;
+  s.dtype = spec.dtype;
+  k_.scalars.push_back(s);
+  auto v = std::make_shared<Var>();
+  v->id = next_var_++;
+  v->scalar = int(k_.scalars.size()) - 1;
+  return v;  // its device value is made on first use inside a loop (ScalarArg op)
+}
+
+std::shared_ptr<Var> Tracer::new_output(std::vector<int64_t> shape, DType dtype,
+                                        const std::source_location& loc) {
+  if (!open_loops_.empty())
+    fail("outputs must be allocated in host code, outside the tile loops", loc,
+         "move hl::empty/hl::empty_like before the outermost hl::tile loop");
+  for (int64_t s : shape)
+    if (s < 0) fail(fmt::format("negative size in output shape [{}]", fmt::join(shape, ", ")), loc);
+  ir::HostTensor t;
+  t.name = fmt::format("out{}", std::count_if(k_.tensors.begin(), k_.tensors.end(), [](auto& h) {
+                         return h.role == ir::HostRole::Output;
+                       }));
+  t.role = ir::HostRole::Output;
+  t.dtype = dtype;
+  t.shape = shape;
+  t.strides.assign(shape.size(), 1);
+  for (int i = int(shape.size()) - 2; i >= 0; --i)
+    t.strides[size_t(i)] = t.strides[size_t(i) + 1] * std::max<int64_t>(shape[size_t(i) + 1], 1);
+  k_.tensors.push_back(t);
+  auto v = std::make_shared<Var>();
+  v->id = next_var_++;
+  v->host = true;
+  v->tensor = int(k_.tensors.size()) - 1;
+  v->loc = loc;
+  return v;
+}
+
+void Tracer::set_outputs(const std::vector<std::shared_ptr<Var>>& outs,
+                         const std::source_location& loc) {
+  for (const auto& o : outs) {
+    if (!o || !o->host || o->indexed)
+      fail("a kernel must return host tensors (its arguments or outputs from hl::empty)", loc,
+           "return the tensor allocated with hl::empty/hl::empty_like, not a block value");
+    k_.outputs.push_back(o->tensor);
+  }
+}
+
+ir::Kernel Tracer::finish() {
+  if (!pending_error_.empty()) fail(pending_error_, pending_error_loc_);
+  if (!open_loops_.empty()) fail("a tile loop was not closed", k_.loops.back().loc);
+  if (k_.top.empty())
+    fail("the kernel has no hl::tile loop, so it has no device code", k_.loc,
+         "wrap the computation in `for (auto tile : hl::tile(out.sizes()))`");
+  if (k_.outputs.empty())
+    fail("the kernel returns nothing", k_.loc, "return the output tensors from the lambda");
+  return k_;
+}
+
+// ---- variables --------------------------------------------------------------------------------
+
+std::shared_ptr<Var> Tracer::new_device_var(ir::ValueId v, const std::source_location& loc) {
+  auto var = std::make_shared<Var>();
+  var->id = next_var_++;
+  var->value = v;
+  var->depth = depth();
+  var->loc = loc;
+  var_depth_[var->id] = var->depth;
+  return var;
+}
+
+std::shared_ptr<Var> Tracer::copy_var(const Var& from) {
+  auto var = std::make_shared<Var>(from);
+  var->id = next_var_++;
+  var->depth = depth();
+  var->origin = from.id;
+  var->indexed = false;
+  var_origin_[var->id] = from.id;
+  var_depth_[var->id] = var->depth;
+  return var;
+}
+
+void Tracer::assign(const std::shared_ptr<Var>& target_ptr, const Var& from,
+                    const std::source_location& loc) {
+  Var& target = *target_ptr;
+  if (target.host || from.host || from.scalar >= 0) {
+    if (target.depth != depth() && target.id >= 0)
+      fail("a host tensor or scalar variable was reassigned inside a tile loop", loc,
+           "only block values can be updated inside loops");
+    int id = target.id, d = target.depth;
+    target = from;
+    target.id = id;
+    target.depth = d;
+    target.indexed = false;
+    return;
+  }
+  use(from, loc, "assignment");
+  // Variables defined outside an open loop and assigned inside it are carried by that loop.
+  for (size_t i = size_t(std::max(target.depth, 0)); i < open_loops_.size(); ++i) {
+    auto& carried = open_loops_[i].carried;
+    bool known = std::any_of(carried.begin(), carried.end(),
+                             [&](auto& c) { return c.first->id == target.id; });
+    if (!known && target.value >= 0) carried.emplace_back(target_ptr, target.value);
+  }
+  target.value = from.value;
+  target.indexed = false;
+  target.loc = loc;
+}
+
+ir::ValueId Tracer::use(const Var& v, const std::source_location& loc, const char* what) {
+  if (v.host)
+    fail(fmt::format("{} needs a block value, but got the whole tensor '{}'", what,
+                     k_.tensors[size_t(v.tensor)].name),
+         loc, "index the tensor with a tile to read a block, e.g. x[tile]");
+  if (open_loops_.empty())
+    fail(fmt::format("{} is device code and must be inside a tile loop", what), loc,
+         "put it inside `for (auto tile : hl::tile(...))`");
+  if (v.scalar >= 0 && v.value < 0) {
+    ir::Op op{ir::OpKind::ScalarArg};
+    op.scalar = v.scalar;
+    op.loc = loc;
+    DType dt = k_.scalars[size_t(v.scalar)].dtype;
+    const_cast<Var&>(v).value = emit(op, dt, {}, {});
+  }
+  if (v.value < 0) fail(fmt::format("{} uses an uninitialised hl::Tensor", what), loc);
+  return v.value;
+}
+
+const ir::HostTensor& Tracer::host_tensor(const Var& v, const std::source_location& loc,
+                                          const char* what) {
+  if (!v.host) fail(fmt::format("{} needs a kernel argument or output tensor", what), loc);
+  return k_.tensors[size_t(v.tensor)];
+}
+
+// ---- ops ---------------------------------------------------------------------------------------
+
+ir::ValueId Tracer::emit(ir::Op op, DType dtype, std::vector<int> dims,
+                         const std::vector<const Var*>& vars) {
+  ir::Value val;
+  val.dtype = dtype;
+  val.dims = std::move(dims);
+  int op_id = int(k_.ops.size());
+  if (op.kind != ir::OpKind::Store) {
+    val.def_op = op_id;
+    k_.values.push_back(val);
+    op.result = int(k_.values.size()) - 1;
+  }
+  std::vector<int> ids;
+  for (const Var* v : vars) ids.push_back(v ? v->id : -1);
+  ids.resize(op.inputs.size(), -1);
+  k_.ops.push_back(op);
+  op_vars_.push_back(ids);
+  body().push_back({ir::Stmt::Kind::Op, op_id});
+  return op.result;
+}
+
+std::vector<int> Tracer::broadcast_dims(const std::vector<int>& a, const std::vector<int>& b,
+                                        const std::source_location& loc, const char* what) {
+  size_t n = std::max(a.size(), b.size());
+  std::vector<int> out(n, ir::kOne);
+  for (size_t i = 0; i < n; ++i) {
+    int da = i < a.size() ? a[a.size() - 1 - i] : ir::kOne;
+    int db = i < b.size() ? b[b.size() - 1 - i] : ir::kOne;
+    int& d = out[n - 1 - i];
+    if (da == db || db == ir::kOne) d = da;
+    else if (da == ir::kOne) d = db;
+    else {
+      auto show = [&](const std::vector<int>& dims) {
+        std::vector<std::string> s;
+        for (int x : dims) s.push_back(ir::dim_name(k_, x));
+        return fmt::format("[{}]", fmt::join(s, ", "));
+      };
+      fail(fmt::format("shape mismatch in {}: {} and {} do not broadcast ({} vs {})", what,
+                       show(a), show(b), ir::dim_name(k_, da), ir::dim_name(k_, db)),
+           loc, "operands must be indexed by the same tiles (or have size-one dims)");
+    }
+  }
+  return out;
+}
+
+int Tracer::axis_for(ir::AxisKind kind, int64_t extent, const std::string& prefix) {
+  for (size_t i = 0; i < k_.axes.size(); ++i)
+    if (k_.axes[i].kind == kind && k_.axes[i].extent == extent) return int(i);
+  ir::Axis ax;
+  ax.kind = kind;
+  ax.extent = extent;
+  ax.name = fresh_name(prefix);
+  if (kind == ir::AxisKind::Reduction) {
+    ir::BlockParam p;
+    p.name = "reduce_" + ax.name;
+    p.reduction = true;
+    p.min = std::min<int64_t>(next_pow2(extent), 16);
+    p.max = next_pow2(extent);
+    k_.block_params.push_back(p);
+    ax.block_param = int(k_.block_params.size()) - 1;
+  }
+  k_.axes.push_back(ax);
+  return int(k_.axes.size()) - 1;
+}
+
+int Tracer::tile_axis(const hl::Tile& t, const std::source_location& loc) const {
+  int axis = t.axis();
+  if (axis < 0) fail("an uninitialised hl::Tile was used", loc);
+  const ir::Axis& ax = k_.axes[size_t(axis)];
+  bool open = std::any_of(open_loops_.begin(), open_loops_.end(),
+                          [&](const Frame& f) { return f.loop == ax.loop; });
+  if (!open)
+    fail(fmt::format("tile '{}' is used outside its loop (the loop at {} has ended)", ax.name,
+                     format_location(k_.loops[size_t(ax.loop)].loc)),
+         loc, "use a tile only inside the body of the hl::tile loop that produced it");
+  return axis;
+}
+
+std::shared_ptr<Var> Tracer::index(const Var& tensor, const std::vector<hl::Index>& index,
+                                   const std::source_location& loc) {
+  if (!tensor.host)
+    fail("indexing a block value is not supported", loc,
+         "index the kernel's tensor arguments or outputs (x[tile]), not values computed from them");
+  const ir::HostTensor& ht = k_.tensors[size_t(tensor.tensor)];
+  if (open_loops_.empty())
+    fail(fmt::format("reading or writing a block of '{}' outside a tile loop", ht.name), loc,
+         "device code must be inside `for (auto tile : hl::tile(...))`");
+  size_t rank = ht.shape.size();
+  if (index.size() > rank)
+    fail(fmt::format("rank mismatch: '{}' has {} dims ({}) but is indexed with {} entries", ht.name,
+                     rank, fmt::join(ht.shape, "x"), index.size()),
+         loc, "give one index entry per dimension (hl::all for a whole dimension)");
+  std::vector<ir::Index> entries;
+  std::vector<int> dims;
+  std::vector<const Var*> vars;
+  ir::Op op{ir::OpKind::Load};
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t size = ht.shape[d];
+    ir::Index e;
+    hl::Index entry = d < index.size() ? index[d] : hl::Index(hl::all);
+    const auto& v = entry.get();
+    if (auto* t = std::get_if<hl::Tile>(&v)) {
+      int axis = tile_axis(*t, loc);
+      const ir::Axis& ax = k_.axes[size_t(axis)];
+      if (ax.extent > size)
+        fail(fmt::format("tile '{}' spans {} elements but dim {} of '{}' has size {}", ax.name,
+                         ax.extent, d, ht.name, size),
+             loc, "tile each dimension with the size of the tensor dims it indexes");
+      if (ax.scalar) {
+        ir::Op b{ir::OpKind::TileBegin};
+        b.axis = axis;
+        b.loc = loc;
+        e.kind = ir::Index::Kind::Scalar;
+        e.value = emit(b, DType::i64, {}, {});
+      } else {
+        e.axis = axis;
+        dims.push_back(axis);
+      }
+    } else if (std::holds_alternative<hl::All>(v)) {
+      e.axis = axis_for(ir::AxisKind::Reduction, size, "r");
+      dims.push_back(e.axis);
+    } else if (auto* s = std::get_if<hl::Slice>(&v)) {
+      int64_t start = s->start < 0 ? s->start + size : s->start;
+      int64_t stop = s->stop < 0 ? s->stop + size : std::min(s->stop, size);
+      if (start < 0 || start >= stop)
+        fail(fmt::format("empty or invalid slice [{}:{}] of dim {} (size {}) of '{}'", s->start,
+                         s->stop, d, size, ht.name),
+             loc);
+      if (start == 0 && stop == size) e.axis = axis_for(ir::AxisKind::Reduction, size, "r");
+      else e.axis = axis_for(ir::AxisKind::Fixed, stop - start, "f");
+      e.offset = start;
+      dims.push_back(e.axis);
+    } else if (auto* i = std::get_if<int64_t>(&v)) {
+      int64_t idx = *i < 0 ? *i + size : *i;
+      if (idx < 0 || idx >= size)
+        fail(fmt::format("index {} is out of range for dim {} (size {}) of '{}'", *i, d, size,
+                         ht.name),
+             loc);
+      e.kind = ir::Index::Kind::Scalar;
+      e.constant = idx;
+    } else {
+      const auto& var = *std::get<std::shared_ptr<Var>>(v);
+      ir::ValueId val = use(var, loc, "a tensor index");
+      const ir::Value& iv = k_.value(val);
+      if (iv.dtype != DType::i32 && iv.dtype != DType::i64)
+        fail(fmt::format("a tensor used as an index must be int32 or int64, not {}",
+                         dtype_name(iv.dtype)),
+             loc);
+      e.value = val;
+      op.inputs.push_back(val);
+      vars.push_back(&var);
+      if (iv.dims.empty()) {
+        e.kind = ir::Index::Kind::Scalar;
+      } else {
+        e.kind = ir::Index::Kind::Gather;
+        dims.insert(dims.end(), iv.dims.begin(), iv.dims.end());
+      }
+    }
+    if (e.kind == ir::Index::Kind::Scalar && e.value >= 0 &&
+        std::find(op.inputs.begin(), op.inputs.end(), e.value) == op.inputs.end()) {
+      op.inputs.push_back(e.value);
+      vars.push_back(nullptr);
+    }
+    entries.push_back(e);
+  }
+  op.tensor = tensor.tensor;
+  op.index = entries;
+  op.loc = loc;
+  ir::ValueId val = emit(op, compute_dtype(ht.dtype), dims, vars);
+  auto var = new_device_var(val, loc);
+  var->indexed = true;
+  var->tensor = tensor.tensor;
+  var->load_op = int(k_.ops.size()) - 1;
+  var->index = entries;
+  return var;
+}
+
+void Tracer::store_indexed(Var& target, const Var& value, const std::source_location& loc) {
+  if (!target.indexed)
+    fail("assignment to a temporary block value", loc,
+         "store into a tensor with `out[tile] = value`");
+  ir::ValueId v = use(value, loc, "a store");
+  const ir::HostTensor& ht = k_.tensors[size_t(target.tensor)];
+  ir::Op load = k_.ops[size_t(target.load_op)];
+  const std::vector<int>& block = k_.value(load.result).dims;
+  std::vector<int> vd = k_.value(v).dims;
+  if (vd.size() > block.size() || broadcast_dims(vd, block, loc, "a store") != block) {
+    std::vector<std::string> a, b;
+    for (int x : vd) a.push_back(ir::dim_name(k_, x));
+    for (int x : block) b.push_back(ir::dim_name(k_, x));
+    fail(fmt::format("storing a block of shape [{}] into '{}' whose indexed block has shape [{}]",
+                     fmt::join(a, ", "), ht.name, fmt::join(b, ", ")),
+         loc, "the stored value must have (or broadcast to) the shape of the indexed block");
+  }
+  // The read made by `out[index]` is not needed: drop it from the body.
+  auto& stmts = body();
+  for (auto it = stmts.rbegin(); it != stmts.rend(); ++it)
+    if (it->kind == ir::Stmt::Kind::Op && it->id == target.load_op) {
+      stmts.erase(std::next(it).base());
+      break;
+    }
+  ir::Op st{ir::OpKind::Store};
+  st.tensor = target.tensor;
+  st.index = load.index;
+  st.inputs = load.inputs;
+  std::vector<const Var*> vars(load.inputs.size(), nullptr);
+  st.inputs.push_back(v);
+  vars.push_back(&value);
+  st.loc = loc;
+  emit(st, ht.dtype, {}, vars);
+  target.indexed = false;
+}
+
+ir::ValueId Tracer::binary(ir::BinaryFn fn, const hl::Operand& a, const hl::Operand& b) {
+  const hl::Operand* ops[2] = {&a, &b};
+  const std::source_location& loc = a.is_number ? b.loc : a.loc;
+  if (a.is_number && b.is_number) fail("a binary op needs at least one tensor operand", loc);
+  // A number takes the other operand's dtype, unless it is a float and the tensor is not.
+  const hl::Operand& t = a.is_number ? b : a;
+  ir::ValueId tv = use(*t.tensor.var(), loc, ir::name(fn));
+  DType tdt = k_.value(tv).dtype;
+  ir::ValueId vals[2];
+  for (int i = 0; i < 2; ++i) {
+    if (ops[i]->is_number) {
+      double x = ops[i]->number;
+      bool integral = x == double(int64_t(x));
+      DType dt = is_floating(tdt) || integral ? tdt : DType::f32;
+      if (dt == DType::boolean && !(x == 0 || x == 1)) dt = DType::i64;
+      ir::Op f{ir::OpKind::Full};
+      f.number = x;
+      f.loc = loc;
+      vals[i] = emit(f, dt, {}, {});
+    } else {
+      vals[i] = use(*ops[i]->tensor.var(), loc, ir::name(fn));
+    }
+  }
+  const ir::Value& va = k_.value(vals[0]);
+  const ir::Value& vb = k_.value(vals[1]);
+  std::vector<int> dims = broadcast_dims(va.dims, vb.dims, loc, ir::name(fn));
+  DType dt = promote(va.dtype, vb.dtype);
+  if (ir::is_comparison(fn) || fn == ir::BinaryFn::And || fn == ir::BinaryFn::Or)
+    dt = DType::boolean;
+  else if (fn == ir::BinaryFn::Div && !is_floating(dt))
+    dt = DType::f32;  // true division, as in PyTorch
+  ir::Op op{ir::OpKind::Binary};
+  op.binary = fn;
+  op.inputs = {vals[0], vals[1]};
+  op.loc = loc;
+  return emit(op, dt, dims,
+              {a.is_number ? nullptr : a.tensor.var().get(),
+               b.is_number ? nullptr : b.tensor.var().get()});
+}
+
+ir::ValueId Tracer::unary(ir::UnaryFn fn, const Var& x, const std::source_location& loc) {
+  ir::ValueId v = use(x, loc, ir::name(fn));
+  const ir::Value& xv = k_.value(v);
+  DType dt = xv.dtype;
+  if (fn == ir::UnaryFn::Not) dt = DType::boolean;
+  else if (fn != ir::UnaryFn::Neg && fn != ir::UnaryFn::Abs && !is_floating(dt)) dt = DType::f32;
+  ir::Op op{ir::OpKind::Unary};
+  op.unary = fn;
+  op.inputs = {v};
+  op.loc = loc;
+  return emit(op, dt, xv.dims, {&x});
+}
+
+ir::ValueId Tracer::where(const hl::Operand& c, const hl::Operand& a, const hl::Operand& b) {
+  const std::source_location& loc = c.loc;
+  if (c.is_number) fail("where() needs a boolean block as its condition", loc);
+  ir::ValueId cv = use(*c.tensor.var(), loc, "where");
+  if (k_.value(cv).dtype != DType::boolean)
+    fail("where() needs a boolean condition (a comparison)", loc);
+  // Numbers take the dtype of the other branch (or f32).
+  DType other = DType::f32;
+  if (!a.is_number) other = k_.value(use(*a.tensor.var(), loc, "where")).dtype;
+  else if (!b.is_number) other = k_.value(use(*b.tensor.var(), loc, "where")).dtype;
+  ir::ValueId vals[2];
+  const hl::Operand* ops[2] = {&a, &b};
+  for (int i = 0; i < 2; ++i) {
+    if (ops[i]->is_number) {
+      ir::Op f{ir::OpKind::Full};
+      f.number = ops[i]->number;
+      f.loc = loc;
+      vals[i] = emit(f, other, {}, {});
+    } else {
+      vals[i] = use(*ops[i]->tensor.var(), loc, "where");
+    }
+  }
+  auto dims = broadcast_dims(k_.value(cv).dims, k_.value(vals[0]).dims, loc, "where");
+  dims = broadcast_dims(dims, k_.value(vals[1]).dims, loc, "where");
+  DType dt = promote(k_.value(vals[0]).dtype, k_.value(vals[1]).dtype);
+  ir::Op op{ir::OpKind::Where};
+  op.inputs = {cv, vals[0], vals[1]};
+  op.loc = loc;
+  return emit(op, dt, dims,
+              {c.tensor.var().get(), a.is_number ? nullptr : a.tensor.var().get(),
+               b.is_number ? nullptr : b.tensor.var().get()});
+}
+
+ir::ValueId Tracer::cast(const Var& x, DType to, const std::source_location& loc) {
+  ir::ValueId v = use(x, loc, "to()");
+  ir::Op op{ir::OpKind::Cast};
+  op.inputs = {v};
+  op.loc = loc;
+  return emit(op, to, k_.value(v).dims, {&x});
+}
+
+ir::ValueId Tracer::reduce(ir::ReduceFn fn, const Var& x, int dim, bool keepdim,
+                           const std::source_location& loc) {
+  ir::ValueId v = use(x, loc, ir::name(fn));
+  const ir::Value& xv = k_.value(v);
+  int rank = int(xv.dims.size());
+  if (dim < -rank || dim >= rank || rank == 0)
+    fail(fmt::format("reduction dim {} is out of range for a block of rank {}", dim, rank), loc);
+  if (dim < 0) dim += rank;
+  std::vector<int> dims = xv.dims;
+  if (keepdim) dims[size_t(dim)] = ir::kOne;
+  else dims.erase(dims.begin() + dim);
+  DType dt = xv.dtype;
+  if (fn == ir::ReduceFn::Sum && !is_floating(dt)) dt = DType::i64;
+  ir::Op op{ir::OpKind::Reduce};
+  op.reduce = fn;
+  op.dim = dim;
+  op.keepdim = keepdim;
+  op.inputs = {v};
+  op.loc = loc;
+  return emit(op, dt, dims, {&x});
+}
+
+ir::ValueId Tracer::view(const Var& x, std::vector<int> dims, const std::source_location& loc) {
+  ir::ValueId v = use(x, loc, "a view");
+  ir::Op op{ir::OpKind::View};
+  op.inputs = {v};
+  op.loc = loc;
+  return emit(op, k_.value(v).dtype, std::move(dims), {&x});
+}
+
+std::vector<int> Tracer::dims_of(const std::vector<hl::Size>& shape,
+                                 const std::source_location& loc) {
+  std::vector<int> dims;
+  for (const auto& s : shape) {
+    if (auto* t = std::get_if<hl::Tile>(&s.get())) {
+      int axis = tile_axis(*t, loc);
+      dims.push_back(k_.axes[size_t(axis)].scalar ? ir::kOne : axis);
+    } else {
+      int64_t n = std::get<int64_t>(s.get());
+      if (n < 1) fail(fmt::format("block dims must be positive, got {}", n), loc);
+      if (n == 1) dims.push_back(ir::kOne);
+      else {
+        // A whole dimension of this size if one is in use, else a fixed-size block.
+        int found = -1;
+        for (size_t i = 0; i < k_.axes.size(); ++i)
+          if (k_.axes[i].kind == ir::AxisKind::Reduction && k_.axes[i].extent == n) found = int(i);
+        dims.push_back(found >= 0 ? found : axis_for(ir::AxisKind::Fixed, n, "f"));
+      }
+    }
+  }
+  return dims;
+}
+
+ir::ValueId Tracer::full(const std::vector<hl::Size>& shape, double value, DType dtype,
+                         const std::source_location& loc) {
+  if (open_loops_.empty())
+    fail("hl::zeros/hl::full create blocks and must be inside a tile loop", loc,
+         "use hl::empty for host-side outputs");
+  ir::Op op{ir::OpKind::Full};
+  op.number = value;
+  op.loc = loc;
+  return emit(op, compute_dtype(dtype), dims_of(shape, loc), {});
+}
+
+ir::ValueId Tracer::tile_attr(ir::OpKind kind, const hl::Tile& t, const std::source_location& loc) {
+  int axis = tile_axis(t, loc);
+  ir::Op op{kind};
+  op.axis = axis;
+  op.loc = loc;
+  std::vector<int> dims;
+  if (kind == ir::OpKind::TileIndex && !k_.axes[size_t(axis)].scalar) dims = {axis};
+  return emit(op, DType::i64, dims, {});
+}
+
+ir::ValueId Tracer::arange(int64_t n, const std::source_location& loc) {
+  if (n < 1) fail(fmt::format("hl::arange needs a positive size, got {}", n), loc);
+  if (open_loops_.empty()) fail("hl::arange creates a block and must be inside a tile loop", loc);
+  ir::Op op{ir::OpKind::TileIndex};
+  op.axis = n == 1 ? -1 : dims_of({hl::Size(n)}, loc)[0];
+  op.loc = loc;
+  if (n == 1) {
+    ir::Op f{ir::OpKind::Full};
+    f.number = 0;
+    f.loc = loc;
+    return emit(f, DType::i64, {ir::kOne}, {});
+  }
+  return emit(op, DType::i64, {op.axis}, {});
+}
+
+// ---- loops ------------------------------------------------------------------------------------
+
+int Tracer::register_block_size(int64_t min, int64_t max, const std::source_location& loc) {
+  if (min < 1 || max < min)
+    fail(fmt::format("register_block_size({}, {}): need 1 <= min <= max", min, max), loc);
+  ir::BlockParam p;
+  p.name = fmt::format("block_size_{}", k_.block_params.size());
+  p.min = next_pow2(min);
+  p.max = next_pow2(max);
+  k_.block_params.push_back(p);
+  return int(k_.block_params.size()) - 1;
+}
+
+std::pair<hl::Tiles, int> Tracer::open_loop(const std::vector<int64_t>& extents,
+                                            const std::vector<hl::Bound>& begins,
+                                            const std::vector<hl::Bound>& ends,
+                                            hl::TileOptions opts, bool scalar,
+                                            const std::source_location& loc) {
+  if (!pending_error_.empty()) fail(pending_error_, pending_error_loc_);
+  if (open_loops_.empty() && !k_.top.empty())
+    fail("a kernel has one outermost tile loop (the launch grid); this is a second one", loc,
+         "nest the loops, or tile several dimensions at once with hl::tile({m, n})");
+  if (extents.empty()) fail("hl::tile needs at least one dimension", loc);
+  ir::Loop loop;
+  loop.parent = open_loops_.empty() ? -1 : open_loops_.back().loop;
+  loop.grid = open_loops_.empty();
+  loop.loc = loc;
+  int loop_id = int(k_.loops.size());
+  hl::Tiles tiles;
+  for (size_t i = 0; i < extents.size(); ++i) {
+    ir::Bound b, e;
+    int64_t extent = extents[i];
+    std::vector<const Var*> vars;
+    auto bound = [&](const hl::Bound& hb, ir::Bound& out) {
+      if (auto* c = std::get_if<int64_t>(&hb.get())) {
+        out.constant = *c;
+      } else {
+        const Var& v = *std::get<std::shared_ptr<Var>>(hb.get());
+        if (loop.grid)
+          fail("the bounds of the outermost tile loop must be constants", loc,
+               "only inner loops may depend on the current tile (e.g. a causal mask)");
+        out.value = use(v, loc, "a loop bound");
+        const ir::Value& bv = k_.value(out.value);
+        if (!bv.dims.empty() || is_floating(bv.dtype))
+          fail("a loop bound must be an integer scalar (a tile's begin or end)", loc);
+        const ir::Op& def = k_.ops[size_t(bv.def_op)];
+        if (def.kind != ir::OpKind::TileBegin && def.kind != ir::OpKind::TileEnd)
+          fail("a device loop bound must be a tile's begin() or end()", loc);
+      }
+    };
+    if (!begins.empty()) bound(begins[i], b);
+    if (!ends.empty()) bound(ends[i], e);
+    else e.constant = extent;
+    if (e.value >= 0) extent = k_.axes[size_t(k_.ops[size_t(k_.value(e.value).def_op)].axis)].extent;
+    else extent = e.constant - (b.value >= 0 ? 0 : b.constant);
+    if (extent < 0) fail(fmt::format("tile loop over a negative range ({} elements)", extent), loc);
+    ir::Axis ax;
+    ax.kind = ir::AxisKind::Tile;
+    ax.extent = e.value >= 0 ? extent : e.constant;  // indices run below this
+    ax.loop = loop_id;
+    ax.scalar = scalar;
+    ax.name = fresh_name(scalar ? "g" : "t");
+    if (scalar) {
+      ir::BlockParam p;
+      p.name = "grid_" + ax.name;
+      p.min = p.max = p.fixed = 1;
+      k_.block_params.push_back(p);
+      ax.block_param = int(k_.block_params.size()) - 1;
+    } else if (opts.shared.param() >= 0) {
+      ax.block_param = opts.shared.param();
+    } else {
+      ir::BlockParam p;
+      p.name = "block_" + ax.name;
+      p.min = 1;
+      p.max = std::max<int64_t>(next_pow2(std::max<int64_t>(extent, 1)), 1);
+      if (opts.block_size > 0) {
+        if ((opts.block_size & (opts.block_size - 1)) != 0)
+          fail(fmt::format("block_size {} is not a power of two", opts.block_size), loc);
+        p.fixed = p.min = p.max = opts.block_size;
+      }
+      k_.block_params.push_back(p);
+      ax.block_param = int(k_.block_params.size()) - 1;
+    }
+    k_.axes.push_back(ax);
+    int axis = int(k_.axes.size()) - 1;
+    loop.axes.push_back(axis);
+    loop.begin.push_back(b);
+    loop.end.push_back(e);
+    hl::Tile t;
+    hl::TileAccess::set(t, axis, loop_id, generation_);
+    tiles.push_back(t);
+  }
+  k_.loops.push_back(loop);
+  body().push_back({ir::Stmt::Kind::Loop, loop_id});
+  open_loops_.push_back(Frame{loop_id, {}, k_.ops.size()});
+  return {tiles, loop_id};
+}
+
+void Tracer::close_loop(int loop_id) {
+  if (open_loops_.empty() || open_loops_.back().loop != loop_id)
+    fail("tile loops closed out of order", k_.loops[size_t(loop_id)].loc);
+  Frame frame = open_loops_.back();
+  open_loops_.pop_back();
+  ir::Loop& loop = k_.loops[size_t(loop_id)];
+  for (auto& [var, init] : frame.carried) {
+    ir::ValueId next = var->value;
+    if (next == init) continue;
+    const ir::Value iv = k_.value(init);
+    const ir::Value nv = k_.value(next);
+    if (iv.dims != nv.dims) {
+      std::vector<std::string> a, b;
+      for (int x : iv.dims) a.push_back(ir::dim_name(k_, x));
+      for (int x : nv.dims) b.push_back(ir::dim_name(k_, x));
+      fail(fmt::format("a value carried around the loop changes shape from [{}] to [{}]",
+                       fmt::join(a, ", "), fmt::join(b, ", ")),
+           var->loc, "give the accumulator its final shape before the loop (hl::zeros/hl::full)");
+    }
+    ir::Carried c;
+    c.init = init;
+    c.next = next;
+    ir::Value phi = iv;
+    phi.def_op = -1;
+    k_.values.push_back(phi);
+    c.phi = int(k_.values.size()) - 1;
+    ir::Value res = iv;
+    res.def_op = -1;
+    res.dtype = iv.dtype;
+    k_.values.push_back(res);
+    c.result = int(k_.values.size()) - 1;
+    // Reads of the variable inside the loop, before it was reassigned, see the phi.
+    auto reads_var = [&](int used_var) {
+      if (used_var == var->id) return true;
+      auto d = var_depth_.find(used_var);
+      bool inside = d != var_depth_.end() && d->second > int(open_loops_.size());
+      if (!inside) return false;
+      for (int o = used_var; o >= 0;) {
+        if (o == var->id) return true;
+        auto it = var_origin_.find(o);
+        o = it == var_origin_.end() ? -1 : it->second;
+      }
+      return true;  // a copy made inside the loop of the value: the carried one
+    };
+    for (size_t op = frame.first_op; op < k_.ops.size(); ++op)
+      for (size_t i = 0; i < k_.ops[op].inputs.size(); ++i)
+        if (k_.ops[op].inputs[i] == init && reads_var(op_vars_[op][i])) {
+          k_.ops[op].inputs[i] = c.phi;
+          for (auto& e : k_.ops[op].index)
+            if (e.value == init) e.value = c.phi;
+        }
+    for (size_t l = size_t(loop_id) + 1; l < k_.loops.size(); ++l)
+      for (auto& nested : k_.loops[l].carried)
+        if (nested.init == init) nested.init = c.phi;
+    if (c.next == init) c.next = c.phi;
+    loop.carried.push_back(c);
+    var->value = c.result;
+  }
+}
+
+void Tracer::abandon_loop(int loop) noexcept {
+  if (std::uncaught_exceptions() > 0) return;
+  try {
+    if (pending_error_.empty()) {
+      pending_error_ = "control left a tile loop early (break or return inside hl::tile)";
+      pending_error_loc_ = k_.loops[size_t(loop)].loc;
+    }
+    while (!open_loops_.empty() && open_loops_.back().loop >= loop) open_loops_.pop_back();
+  } catch (...) {
+  }
+}
+
+}  // namespace deuteron::frontend

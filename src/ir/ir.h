@@ -1,0 +1,190 @@
+// The kernel IR: what tracing a kernel records, specialised to one set of shapes and dtypes.
+//
+// Host part: the kernel's tensor arguments, scalar arguments and the outputs it allocates.
+// Device part: a tree of tile loops; the outermost one becomes the launch grid. Loop bodies
+// hold ops on *blocks*: values whose dims are axes (a tiled dimension, a whole dimension read
+// with `hl::all`, or a fixed-size one) or size-one broadcast dims. Block sizes stay symbolic
+// here; the config chooses them and the plan makes them concrete.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "deuteron/dtype.h"
+
+namespace deuteron::ir {
+
+using ValueId = int;
+inline constexpr int kOne = -1;  // a size-one dim in Value::dims
+
+// ---- host part ------------------------------------------------------------------------------
+
+enum class HostRole { Input, Output };
+
+struct HostTensor {
+  std::string name;
+  HostRole role = HostRole::Input;
+  int arg_index = -1;  // position among the kernel's arguments (inputs)
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;  // in elements; outputs are contiguous
+};
+
+struct ScalarParam {
+  std::string name;
+  int arg_index = -1;
+  DType dtype = DType::f32;  // f32 or i64
+};
+
+// ---- axes and block sizes --------------------------------------------------------------------
+
+// A tunable block size, shared by every axis that names it (hl::register_block_size).
+struct BlockParam {
+  std::string name;  // "block_m", "block_n", "reduce_n", ...
+  int64_t min = 1, max = 1;  // legal range (powers of two between them)
+  int64_t fixed = 0;  // non-zero: pinned in the kernel source, not tunable
+  bool reduction = false;  // the block of a dimension read whole (persistent vs looped)
+};
+
+enum class AxisKind {
+  Tile,       // a dimension tiled by a tile loop
+  Reduction,  // a whole dimension read with hl::all or a full slice
+  Fixed,      // a compile-time extent (hl::arange(n), a constant slice): one block covers it
+};
+
+struct Axis {
+  std::string name;  // "m", "n", ...: used for loop variables in generated code
+  AxisKind kind = AxisKind::Tile;
+  int64_t extent = 0;  // number of elements along the dimension
+  int block_param = -1;  // Tile and Reduction axes
+  int loop = -1;  // Tile axes: the loop that tiles it
+  bool scalar = false;  // hl::grid: block size one, the dim is dropped when indexing
+};
+
+// ---- ops ------------------------------------------------------------------------------------
+
+enum class OpKind {
+  // leaves
+  Load,       // a block of a host tensor: tensor, index
+  Full,       // a block filled with `number`: dims, dtype
+  ScalarArg,  // a scalar kernel argument: scalar index
+  TileIndex,  // the global indices of an axis' block (hl::arange(n) too): axis
+  TileBegin,  // first index of the current block of an axis: axis
+  TileEnd,    // one past the last valid index of the current block: axis
+  TileSize,   // the block size of an axis: axis
+  // compute
+  Unary,      // fn: UnaryFn
+  Binary,     // fn: BinaryFn
+  Where,      // cond, a, b
+  Cast,       // to dtype
+  Reduce,     // fn: ReduceFn, over dim `dim`, keepdim
+  View,       // same data, new dims (unsqueeze, squeeze, expand, permute, reshape by ones)
+  Dot,        // a @ b (+ acc): reserved for the matrix-product issue
+  // effects
+  Store,      // value into a block of a host tensor
+};
+
+enum class UnaryFn {
+  Neg, Exp, Exp2, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Silu, GeluTanh, GeluErf, Abs, Not, Erf
+};
+enum class BinaryFn { Add, Sub, Mul, Div, Max, Min, Eq, Ne, Lt, Le, Gt, Ge, And, Or };
+enum class ReduceFn { Sum, Max, Min };
+
+const char* name(OpKind k);
+const char* name(UnaryFn f);
+const char* name(BinaryFn f);
+const char* name(ReduceFn f);
+bool is_comparison(BinaryFn f);
+
+// One entry of an index into a host tensor.
+struct Index {
+  enum class Kind {
+    Axis,    // the block of `axis` (a tile, hl::all, a slice): one result dim
+    Scalar,  // a scalar value `value` (hl::grid index, an integer): no result dim
+    Gather,  // a block of integer indices `value`: its dims become result dims
+  };
+  Kind kind = Kind::Axis;
+  int axis = -1;
+  int64_t offset = 0;  // Axis: added to the axis' global index (slices start:stop)
+  int64_t constant = 0;  // Scalar without value: an integer literal
+  ValueId value = -1;
+};
+
+struct Op {
+  OpKind kind;
+  ValueId result = -1;  // -1 for Store
+  std::vector<ValueId> inputs;
+  int tensor = -1;  // Load/Store: host tensor
+  std::vector<Index> index;  // Load/Store
+  int axis = -1;  // TileIndex/TileBegin/TileEnd/TileSize
+  int scalar = -1;  // ScalarArg
+  double number = 0.0;  // Full
+  UnaryFn unary{};
+  BinaryFn binary{};
+  ReduceFn reduce{};
+  int dim = -1;  // Reduce
+  bool keepdim = false;
+  std::source_location loc;
+};
+
+struct Value {
+  DType dtype = DType::f32;
+  std::vector<int> dims;  // axis ids or kOne
+  int def_op = -1;  // op defining it; -1 for loop-defined values (phi, results)
+  std::string hint;  // the user's variable name where known (for readable code)
+};
+
+// A value updated inside a loop (`acc = acc + ...`): phi is its value at the top of each
+// iteration (init on the first), next its value at the end, result its value after the loop.
+struct Carried {
+  ValueId init = -1, phi = -1, next = -1, result = -1;
+};
+
+// A loop bound: a constant or a device scalar value.
+struct Bound {
+  int64_t constant = 0;
+  ValueId value = -1;
+};
+
+struct Stmt {
+  enum class Kind { Op, Loop } kind;
+  int id;
+};
+
+struct Loop {
+  std::vector<int> axes;  // one per tiled dimension, outermost first
+  std::vector<Bound> begin, end;  // per axis
+  int parent = -1;  // enclosing loop, -1 for a top-level (grid) loop
+  bool grid = false;  // the outermost loop: its iterations run in parallel
+  std::vector<Stmt> body;
+  std::vector<Carried> carried;
+  std::source_location loc;
+};
+
+struct Kernel {
+  std::string name;
+  std::vector<HostTensor> tensors;
+  std::vector<ScalarParam> scalars;
+  std::vector<int> outputs;  // host tensors returned, in order
+  std::vector<BlockParam> block_params;
+  std::vector<Axis> axes;
+  std::vector<Value> values;
+  std::vector<Op> ops;
+  std::vector<Loop> loops;
+  std::vector<Stmt> top;  // top-level statements: grid loops only (host code is gone)
+  std::source_location loc;  // where the kernel was defined
+
+  const Value& value(ValueId v) const { return values.at(size_t(v)); }
+  // The grid loop (the kernel's single top-level loop).
+  const Loop& grid_loop() const;
+};
+
+// The block extent of a value dim for printing: "block_m", "1", "64".
+std::string dim_name(const Kernel& k, int dim);
+// Human-readable IR (`deuteron emit KERNEL --ir`).
+std::string print(const Kernel& k);
+
+}  // namespace deuteron::ir

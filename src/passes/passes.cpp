@@ -1,0 +1,107 @@
+#include "passes/passes.h"
+
+#include <algorithm>
+#include <functional>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "deuteron/error.h"
+
+namespace deuteron::passes {
+
+namespace {
+void collect_uses(const ir::Kernel& k, const std::vector<ir::Stmt>& body, std::vector<int>& uses) {
+  for (const ir::Stmt& s : body) {
+    if (s.kind == ir::Stmt::Kind::Loop) {
+      const ir::Loop& l = k.loops[size_t(s.id)];
+      for (const auto& b : l.begin)
+        if (b.value >= 0) ++uses[size_t(b.value)];
+      for (const auto& b : l.end)
+        if (b.value >= 0) ++uses[size_t(b.value)];
+      for (const auto& c : l.carried) {
+        ++uses[size_t(c.init)];
+        ++uses[size_t(c.next)];
+      }
+      collect_uses(k, l.body, uses);
+      continue;
+    }
+    for (ir::ValueId v : k.ops[size_t(s.id)].inputs) ++uses[size_t(v)];
+  }
+}
+
+bool remove_dead(ir::Kernel& k, std::vector<ir::Stmt>& body, const std::vector<int>& uses) {
+  bool changed = false;
+  for (auto it = body.begin(); it != body.end();) {
+    if (it->kind == ir::Stmt::Kind::Loop) {
+      ir::Loop& l = k.loops[size_t(it->id)];
+      changed |= remove_dead(k, l.body, uses);
+      bool has_effect = !l.carried.empty() && std::any_of(l.carried.begin(), l.carried.end(), [&](auto& c) {
+                          return uses[size_t(c.result)] > 0;
+                        });
+      std::function<bool(const std::vector<ir::Stmt>&)> stores = [&](const std::vector<ir::Stmt>& b) {
+        for (const auto& s : b) {
+          if (s.kind == ir::Stmt::Kind::Loop && stores(k.loops[size_t(s.id)].body)) return true;
+          if (s.kind == ir::Stmt::Kind::Op && k.ops[size_t(s.id)].kind == ir::OpKind::Store) return true;
+        }
+        return false;
+      };
+      if (!has_effect && !stores(l.body) && !l.grid) {
+        l.carried.clear();
+        it = body.erase(it);
+        changed = true;
+        continue;
+      }
+      ++it;
+      continue;
+    }
+    const ir::Op& op = k.ops[size_t(it->id)];
+    if (op.kind != ir::OpKind::Store && op.result >= 0 && uses[size_t(op.result)] == 0) {
+      it = body.erase(it);
+      changed = true;
+      continue;
+    }
+    ++it;
+  }
+  return changed;
+}
+
+void collect_stores(const ir::Kernel& k, const std::vector<ir::Stmt>& body, std::set<int>& out) {
+  for (const ir::Stmt& s : body) {
+    if (s.kind == ir::Stmt::Kind::Loop) collect_stores(k, k.loops[size_t(s.id)].body, out);
+    else if (k.ops[size_t(s.id)].kind == ir::OpKind::Store) out.insert(k.ops[size_t(s.id)].tensor);
+  }
+}
+}  // namespace
+
+void eliminate_dead_code(ir::Kernel& k) {
+  for (bool changed = true; changed;) {
+    std::vector<int> uses(k.values.size(), 0);
+    collect_uses(k, k.top, uses);
+    changed = remove_dead(k, k.top, uses);
+  }
+}
+
+void check_legality(ir::Kernel& k) {
+  std::set<int> stored;
+  collect_stores(k, k.top, stored);
+  for (int o : k.outputs)
+    if (k.tensors[size_t(o)].role == ir::HostRole::Output && !stored.count(o))
+      throw KernelError(fmt::format("in kernel '{}': output '{}' is returned but never written",
+                                    k.name, k.tensors[size_t(o)].name),
+                        format_location(k.loc), "store into it inside the tile loop: out[tile] = ...");
+  for (const ir::Loop& l : k.loops)
+    for (const ir::Carried& c : l.carried)
+      if (k.value(c.init).dtype != k.value(c.next).dtype)
+        throw KernelError(
+            fmt::format("in kernel '{}': a value carried around a loop changes dtype from {} to {}",
+                        k.name, dtype_name(k.value(c.init).dtype), dtype_name(k.value(c.next).dtype)),
+            format_location(l.loc), "cast the update back with .to(dtype), or start from that dtype");
+}
+
+void run_all(ir::Kernel& k) {
+  eliminate_dead_code(k);
+  check_legality(k);
+}
+
+}  // namespace deuteron::passes
