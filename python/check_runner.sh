@@ -69,7 +69,7 @@ else bad "bfloat16 add"; cat "$TMP/err2.txt" >&2; fi
 if "$PY" "$RUNNER" "$MOD" --inputs "$TMP/x.npy" "$TMP/y.npy" --outputs "$TMP/o3.npy" --time 3 \
      >"$TMP/out3.json" 2>"$TMP/err3.txt" \
    && "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["runs"]==3 and r["median_ms"]>0, r' "$TMP/out3.json"
-then ok "--time 3 reports median_ms ($(cat "$TMP/out3.json" | "$PY" -c 'import json,sys; print("%.1f" % json.load(sys.stdin)["median_ms"])') ms)"
+then ok "--time 3 reports median_ms ($("$PY" -c 'import json,sys; print("%.1f" % json.load(sys.stdin)["median_ms"])' <"$TMP/out3.json") ms)"
 else bad "--time"; cat "$TMP/err3.txt" >&2; fi
 
 # 4. Errors exit with status 2 and a one-line message: wrong number of outputs, missing module,

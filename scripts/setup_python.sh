@@ -24,7 +24,7 @@ for arg in "$@"; do
   case "$arg" in
     --bench) MODE=bench ;;
     --force) FORCE=1 ;;
-    -h|--help) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument: $arg (use --bench, --force or --help)" ;;
   esac
 done
@@ -54,7 +54,6 @@ BASE_VER="$("$BASE_PY" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])'
 
 # ---- stamp: hash of requirement files (incl. the ones pulled in with -r) + interpreter -------
 req_hash() {  # $1 = mode
-  local f="$REPO/python/requirements-$1.txt"
   {
     printf 'python %s %s\n' "$BASE_REAL" "$BASE_VER"
     cat "$REPO/python/requirements-pallas.txt"

@@ -50,7 +50,7 @@ plan::Plan lower(const Specialized& s, const config::Config& c) {
   return p;
 }
 
-Bound bind(const Specialized& s, const std::vector<Arg>& args) {
+Bound bind_args(const Specialized& s, const std::vector<Arg>& args) {
   Bound b;
   for (const ir::HostTensor& t : s.ir.tensors) {
     if (t.role == ir::HostRole::Input) {
@@ -113,9 +113,34 @@ Outputs KernelBase::run(const std::vector<Arg>& args) const {
     choices[key] = choice;
   }
   auto exe = driver::executable(*s, choice->config);
-  driver::Bound b = driver::bind(*s, args);
+  driver::Bound b = driver::bind_args(*s, args);
   exe->run(b.tensors, b.scalars);
   return b.outputs;
 }
 
 }  // namespace deuteron
+
+namespace deuteron::driver {
+
+RunResult run(const KernelBase& k, const std::vector<Arg>& args, const std::string& target,
+              const std::optional<config::Config>& config) {
+  Specialized s = specialize(k, frontend::describe_args(k, args), target);
+  RunResult r;
+  if (config) {
+    r.config = s.space.complete(*config);
+    r.origin = "given";
+  } else {
+    Choice c = choose_config(s);
+    r.config = c.config;
+    r.origin = c.origin;
+    r.tuned = c.tuned;
+  }
+  r.exe = executable(s, r.config);
+  r.compiled = r.exe->compiled;
+  r.bound = bind_args(s, args);
+  r.exe->run(r.bound.tensors, r.bound.scalars);
+  r.outputs = r.bound.outputs;
+  return r;
+}
+
+}  // namespace deuteron::driver

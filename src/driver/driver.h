@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,9 +53,26 @@ struct Bound {
   std::vector<double> scalars;
   Outputs outputs;
 };
-Bound bind(const Specialized& s, const std::vector<Arg>& args);
+Bound bind_args(const Specialized& s, const std::vector<Arg>& args);
 
 // The compiled kernel for a specialisation and config, cached in memory for the process.
 std::shared_ptr<backends::Executable> executable(const Specialized& s, const config::Config& c);
+
+}  // namespace deuteron::driver
+
+namespace deuteron::driver {
+
+// One call with an explicit target and (optionally) config; what the CLI and tests use.
+struct RunResult {
+  Outputs outputs;
+  config::Config config;
+  std::string origin;
+  bool compiled = false;
+  bool tuned = false;
+  std::shared_ptr<backends::Executable> exe;
+  Bound bound;
+};
+RunResult run(const KernelBase& k, const std::vector<Arg>& args, const std::string& target,
+              const std::optional<config::Config>& config = std::nullopt);
 
 }  // namespace deuteron::driver

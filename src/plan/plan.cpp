@@ -257,6 +257,12 @@ Plan lower(const ir::Kernel& k, const config::Config& c, const config::TargetLim
   // Which values live in fast memory between groups, and which are recomputed where used.
   p.materialized.assign(k.values.size(), false);
   p.recomputed.assign(k.values.size(), false);
+  std::vector<bool> staged(k.values.size(), false);  // counted with their block spec
+  for (const BlockSpec& s : p.operands)
+    if (s.placement != Placement::InPlace) {
+      ir::ValueId v = k.ops[size_t(s.op)].result;
+      p.materialized[size_t(v)] = staged[size_t(v)] = true;
+    }
   std::vector<int> group_of_op(k.ops.size(), -1);
   int gid = 0;
   for (const auto& body : p.bodies)
@@ -330,7 +336,7 @@ Plan lower(const ir::Kernel& k, const config::Config& c, const config::TargetLim
   int64_t bytes = 0;
   auto round64 = [](int64_t b) { return (b + 63) / 64 * 64; };
   for (size_t v = 0; v < k.values.size(); ++v)
-    if (p.materialized[v])
+    if (p.materialized[v] && !staged[v])
       bytes += round64(p.block_elements(ir::ValueId(v)) * cpp_size(k.values[v].dtype));
   for (const BlockSpec& s : p.operands) bytes += round64(s.fast_bytes);
   p.fast_memory_bytes = bytes;

@@ -137,18 +137,41 @@ class Generator {
     for (size_t v = 0; v < k_.values.size(); ++v) {
       if (!p_.materialized[v] || alias_.count(int(v))) continue;
       const ir::Value& val = k_.values[v];
-      int64_t bytes = p_.block_elements(int(v)) * int64_t(val.dtype == DType::i64 ? 8 : val.dtype == DType::boolean ? 1 : 4);
       std::vector<std::string> dims;
+      int64_t elems = 1;
       for (int d : val.dims)
-        if (d != ir::kOne) dims.push_back(fmt::format("{}", p_.storage_extent(d)));
-      line(fmt::format("{}* const m{} = reinterpret_cast<{}*>(fast + {});  // %{} [{}]", ctype(val.dtype), v,
-                       ctype(val.dtype), offset, v, fmt::join(dims, " x ")));
-      offset += (bytes + 63) / 64 * 64;
+        if (d != ir::kOne) {
+          dims.push_back(fmt::format("{}", storage_extent(int(v), d)));
+          elems *= storage_extent(int(v), d);
+        }
+      int64_t bytes = elems * int64_t(val.dtype == DType::i64 ? 8 : val.dtype == DType::boolean ? 1 : 4);
+      const plan::BlockSpec* spec = staged_spec(int(v));
+      std::string what = !spec ? "" : spec->placement == plan::Placement::Resident
+                                          ? ", resident operand"
+                                          : fmt::format(", staged operand, {} blocks ahead", spec->buffers - 1);
+      line(fmt::format("{}* const m{} = reinterpret_cast<{}*>(fast + {});  // %{} [{}]{}", ctype(val.dtype), v,
+                       ctype(val.dtype), offset, v, fmt::join(dims, " x "), what));
+      // Staged operands count their prefetched blocks in the budget; those live in the cache.
+      offset += (std::max(bytes, spec ? spec->fast_bytes : 0) + 63) / 64 * 64;
     }
-    for (const plan::BlockSpec& s : p_.operands) {
-      if (!s.fast_bytes) continue;
-      offset += (s.fast_bytes + 63) / 64 * 64;
-    }
+  }
+
+  // The staging spec of a Load result, if it is staged or resident.
+  const plan::BlockSpec* staged_spec(ir::ValueId v) const {
+    int def = k_.value(v).def_op;
+    if (def < 0 || k_.ops[size_t(def)].kind != OpKind::Load) return nullptr;
+    const plan::BlockSpec* s = p_.spec_for_op(def);
+    return s && s->placement != plan::Placement::InPlace ? s : nullptr;
+  }
+  bool resident_axis(ir::ValueId v, int axis) const {
+    const plan::BlockSpec* s = staged_spec(v);
+    if (!s || s->placement != plan::Placement::Resident) return false;
+    const auto& axes = k_.loops[size_t(s->loop)].axes;
+    return std::find(axes.begin(), axes.end(), axis) != axes.end();
+  }
+  // Elements of value v's fast-memory array along `axis`.
+  int64_t storage_extent(ir::ValueId v, int axis) const {
+    return resident_axis(v, axis) ? k_.axes[size_t(axis)].extent : p_.storage_extent(axis);
   }
 
   std::string tensor_name(int t) const { return sanitize(k_.tensors[size_t(t)].name); }
@@ -188,9 +211,11 @@ class Generator {
     for (size_t i = dims.size(); i-- > 0;) {
       int d = dims[i];
       if (d == ir::kOne) continue;
-      std::string term = stride == 1 ? fmt::format("i_{}", axis(d)) : fmt::format("i_{} * {}", axis(d), stride);
+      // Resident operands span the loop's whole extent: index them globally.
+      std::string var = resident_axis(v, d) ? fmt::format("(o_{0} + i_{0})", axis(d)) : fmt::format("i_{}", axis(d));
+      std::string term = stride == 1 ? var : fmt::format("{} * {}", var, stride);
       idx = idx.empty() ? term : term + " + " + idx;
-      stride *= p_.storage_extent(d);
+      stride *= storage_extent(v, d);
     }
     return idx.empty() ? "0" : idx;
   }
@@ -470,6 +495,72 @@ class Generator {
     scalars_.clear();
   }
 
+  // Stages this iteration's block of a streamed operand, prefetching the next ones.
+  void emit_staged_copy(const plan::BlockSpec& s, const ir::Loop& l) {
+    const ir::Op& op = k_.ops[size_t(s.op)];
+    ir::ValueId v = op.result;
+    scalars_.clear();
+    std::vector<int> dom;
+    for (int d : k_.value(v).dims)
+      if (d != ir::kOne) dom.push_back(d);
+    line(fmt::format("// stage this block of {} into fast memory", k_.tensors[size_t(op.tensor)].name));
+    line("{");
+    ++indent_;
+    open_nest(dom, dom.empty() ? "" : "#pragma omp simd", [](size_t) {});
+    line(fmt::format("m{}[{}] = {};", v, storage_index(v), load_expr(op)));
+    close_nest(dom, [](size_t) {});
+    if (s.buffers > 1 && !dom.empty()) {
+      // Prefetch the blocks the next iterations will stage, one cache line at a time.
+      int a = l.axes.front();
+      std::vector<int> outer(dom.begin(), dom.end() - 1);
+      open_nest(outer, "", [](size_t) {});
+      int inner = dom.back();
+      line(fmt::format("for (int64_t i_{0} = 0; i_{0} < n_{0}; i_{0} += 16) {{", axis(inner)));
+      ++indent_;
+      for (int ahead = 1; ahead < s.buffers; ++ahead) {
+        line("{");
+        ++indent_;
+        line(fmt::format("const int64_t o_{0}_next = o_{0} + {1} * B_{0};", axis(a), ahead));
+        std::string addr = address(op);
+        // Re-point the loop's axis at the block `ahead` iterations on.
+        std::string from = fmt::format("(o_{} + i_{})", axis(a), axis(a));
+        std::string to = fmt::format("(o_{}_next + i_{})", axis(a), axis(a));
+        for (size_t pos = addr.find(from); pos != std::string::npos; pos = addr.find(from, pos + to.size()))
+          addr.replace(pos, from.size(), to);
+        line(fmt::format("__builtin_prefetch(&{}[{}]);", tensor_name(op.tensor), addr));
+        --indent_;
+        line("}");
+      }
+      --indent_;
+      line("}");
+      close_nest(outer, [](size_t) {});
+    }
+    --indent_;
+    line("}");
+    scalars_.clear();
+  }
+
+  // Stages the whole extent of a resident operand once, before its loop starts.
+  void emit_resident_copy(const plan::BlockSpec& s, const ir::Loop& l) {
+    const ir::Op& op = k_.ops[size_t(s.op)];
+    ir::ValueId v = op.result;
+    scalars_.clear();
+    std::vector<int> dom;
+    for (int d : k_.value(v).dims)
+      if (d != ir::kOne) dom.push_back(d);
+    line(fmt::format("// stage all of {} this loop reads into fast memory, once", k_.tensors[size_t(op.tensor)].name));
+    line("{");
+    ++indent_;
+    for (int a : l.axes)  // the loop's axes span their whole extent here
+      line(fmt::format("const int64_t o_{0} = 0, n_{0} = {1};", axis(a), k_.axes[size_t(a)].extent));
+    open_nest(dom, dom.empty() ? "" : "#pragma omp simd", [](size_t) {});
+    line(fmt::format("m{}[{}] = {};", v, storage_index(v), load_expr(op)));
+    close_nest(dom, [](size_t) {});
+    --indent_;
+    line("}");
+    scalars_.clear();
+  }
+
   std::string bound(const ir::Bound& b) {
     if (b.value < 0) return fmt::format("{}", b.constant);
     scalars_.clear();
@@ -492,6 +583,8 @@ class Generator {
       line("{");
       ++indent_;
       for (const ir::Carried& c : l.carried) emit_copy(c.phi, c.init, fmt::format("%{} starts as %{}", c.phi, c.init).c_str());
+      for (const plan::BlockSpec& s : p_.operands)
+        if (s.loop == it.loop && s.placement == plan::Placement::Resident) emit_resident_copy(s, l);
       for (size_t i = 0; i < l.axes.size(); ++i) {
         const std::string& n = axis(l.axes[i]);
         line(fmt::format("const int64_t begin_{} = {}, end_{} = {};", n, bound(l.begin[i]), n, bound(l.end[i])));
@@ -502,6 +595,8 @@ class Generator {
         ++indent_;
         line(fmt::format("const int64_t n_{0} = B_{0} < end_{0} - o_{0} ? B_{0} : end_{0} - o_{0};", n));
       }
+      for (const plan::BlockSpec& s : p_.operands)
+        if (s.loop == it.loop && s.placement == plan::Placement::Staged) emit_staged_copy(s, l);
       body(it.loop);
       for (const ir::Carried& c : l.carried)
         if (source(c.next) != c.phi) emit_copy(c.phi, c.next, fmt::format("%{} = %{} for the next iteration", c.phi, c.next).c_str());

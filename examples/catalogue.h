@@ -1,0 +1,42 @@
+// The kernel catalogue (../shared/KERNELS.md): each kernel with how to make its inputs, an
+// independent reference (plain loops in double precision), its shapes and its traffic.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "deuteron/deuteron.h"
+
+namespace deuteron::examples {
+
+struct Entry {
+  std::string name;
+  std::string summary;  // one line: inputs -> outputs, semantics
+  const KernelBase* kernel = nullptr;
+  // The shape parameters the kernel is described by (e.g. {M, N}; for matmul {M, K, N}),
+  // at the CPU bench size and at a small ragged test size.
+  std::vector<int64_t> bench_shape, small_shape;
+  std::vector<std::string> shape_names;  // {"M", "N"}
+  std::vector<DType> dtypes = {DType::f32, DType::bf16};
+  // Kernel arguments for a shape and dtype, deterministic per seed.
+  std::function<std::vector<Arg>(const std::vector<int64_t>& shape, DType dtype, uint64_t seed)> inputs;
+  // Expected outputs, computed in double precision from the same arguments.
+  std::function<std::vector<Tensor>(const std::vector<Arg>& args)> reference;
+  // Bytes a perfect kernel moves to and from memory, and flops it performs.
+  std::function<double(const std::vector<int64_t>& shape, DType dtype)> bytes;
+  std::function<double(const std::vector<int64_t>& shape)> flops;
+  bool compute_bound = false;  // roofline against peak flops rather than bandwidth
+};
+
+// Every registered kernel, in registration order.
+const std::vector<Entry>& catalogue();
+// The entry named `name`; throws ArgumentError listing the known ones.
+const Entry& find(const std::string& name);
+
+// Registers an entry at static-initialisation time: `static Registrar r{Entry{...}};`.
+struct Registrar {
+  explicit Registrar(Entry e);
+};
+
+}  // namespace deuteron::examples

@@ -1,0 +1,96 @@
+// Every catalogue kernel against its independent reference: each dtype, ragged and aligned
+// shapes, size one, and a few configs besides the default.
+#include <random>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
+
+#include "catalogue.h"
+#include "driver/driver.h"
+
+namespace deuteron {
+namespace {
+
+struct Case {
+  std::string kernel;
+  DType dtype;
+  std::vector<int64_t> shape;
+};
+
+std::string case_name(const testing::TestParamInfo<Case>& info) {
+  return fmt::format("{}_{}_{}", info.param.kernel, dtype_name(info.param.dtype),
+                     fmt::join(info.param.shape, "x"));
+}
+
+// Shapes: the small ragged one, an aligned one, and one with size-one dims.
+std::vector<std::vector<int64_t>> shapes_for(const examples::Entry& e) {
+  std::vector<std::vector<int64_t>> shapes = {e.small_shape};
+  std::vector<int64_t> aligned, ones;
+  for (int64_t d : e.small_shape) {
+    aligned.push_back(d >= 64 ? 64 : 16);
+    ones.push_back(1);
+  }
+  shapes.push_back(aligned);
+  shapes.push_back(ones);
+  return shapes;
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (const auto& e : examples::catalogue())
+    for (DType dt : e.dtypes)
+      for (const auto& s : shapes_for(e)) cases.push_back({e.name, dt, s});
+  return cases;
+}
+
+void expect_matches(const examples::Entry& e, const std::vector<Arg>& args, const Outputs& got,
+                    const std::string& what) {
+  std::vector<Tensor> want = e.reference(args);
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(got[i].sizes(), want[i].sizes()) << what;
+    Tolerance tol = default_tolerance(got[i].dtype());
+    CloseResult r = allclose(got[i], want[i], tol.rtol, tol.atol);
+    EXPECT_TRUE(r.close) << what << ": output " << i << " max abs error " << r.max_abs_err
+                         << " at flat index " << r.worst_index;
+  }
+}
+
+class KernelTest : public testing::TestWithParam<Case> {};
+
+TEST_P(KernelTest, DefaultConfigMatchesReference) {
+  const Case& c = GetParam();
+  const auto& e = examples::find(c.kernel);
+  auto args = e.inputs(c.shape, c.dtype, 7);
+  auto r = driver::run(*e.kernel, args, "cpu", e.kernel->options().config.empty()
+                                                   ? std::optional<config::Config>(config::Config())
+                                                   : std::nullopt);
+  expect_matches(e, args, r.outputs, "default config " + r.config.dump());
+}
+
+TEST_P(KernelTest, RandomConfigsMatchReference) {
+  const Case& c = GetParam();
+  const auto& e = examples::find(c.kernel);
+  auto args = e.inputs(c.shape, c.dtype, 11);
+  auto s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), "cpu");
+  std::mt19937_64 rng(std::hash<std::string>{}(c.kernel));
+  int tried = 0;
+  for (int attempt = 0; attempt < 20 && tried < 2; ++attempt) {
+    config::Config cfg = s.space.random(rng);
+    try {
+      driver::lower(s, cfg);
+    } catch (const ConfigError&) {
+      continue;  // does not fit: the tuner would prune it too
+    }
+    ++tried;
+    auto r = driver::run(*e.kernel, args, "cpu", cfg);
+    expect_matches(e, args, r.outputs, "config " + cfg.dump());
+  }
+  EXPECT_GT(tried, 0) << "no random config fitted";
+}
+
+INSTANTIATE_TEST_SUITE_P(Catalogue, KernelTest, testing::ValuesIn(all_cases()), case_name);
+
+}  // namespace
+}  // namespace deuteron
