@@ -82,12 +82,34 @@ ConfigSpace ConfigSpace::derive(const ir::Kernel& k, const TargetLimits& limits)
   for (const ir::Axis& ax : k.axes)
     if (ax.kind == ir::AxisKind::Reduction) row = std::max(row, ax.extent);
 
+  // Default block sizes: contiguous (innermost) axes get up to 512 elements, the other grid
+  // axes enough rows to fill about 16K elements per block with whatever else the block spans.
+  // A param is "innermost" when its axis indexes the last dim of some tensor access.
+  std::map<int, bool> innermost_param;
+  for (const ir::Op& op : k.ops) {
+    if ((op.kind != ir::OpKind::Load && op.kind != ir::OpKind::Store) || op.index.empty()) continue;
+    const ir::Index& last = op.index.back();
+    if (last.kind == ir::Index::Kind::Axis && k.axes[size_t(last.axis)].kind == ir::AxisKind::Tile)
+      innermost_param[k.axes[size_t(last.axis)].block_param] = true;
+  }
+  int64_t inner_elems = 1;
+  for (size_t p = 0; p < k.block_params.size(); ++p) {
+    const ir::BlockParam& bp = k.block_params[p];
+    if (bp.reduction || !innermost_param[int(p)]) continue;
+    int64_t extent = 1;
+    for (const ir::Axis& ax : k.axes)
+      if (ax.block_param == int(p)) extent = std::max(extent, ax.extent);
+    inner_elems = std::max(inner_elems, std::min<int64_t>(512, next_pow2(extent)));
+  }
   for (size_t p = 0; p < k.block_params.size(); ++p) {
     const ir::BlockParam& bp = k.block_params[p];
     if (bp.fixed) continue;
     Tunable t;
     t.name = bp.name;
     t.kind = Tunable::Kind::BlockSize;
+    int64_t extent = 1;
+    for (const ir::Axis& ax : k.axes)
+      if (ax.block_param == int(p)) extent = std::max(extent, ax.extent);
     if (bp.reduction) {
       // Whole dimension in one block (persistent), or looped in blocks of a few sizes.
       for (int64_t div = 16; div >= 2; div /= 2)
@@ -100,22 +122,7 @@ ConfigSpace ConfigSpace::derive(const ir::Kernel& k, const TargetLimits& limits)
     } else {
       t.values = powers(bp.min, bp.max);
       t.help = "block size of a tiled dimension";
-      // Axes using this param: grid axes get rows that fill about 16K elements per block;
-      // the innermost grid axis and inner loops get up to 512 contiguous elements.
-      bool innermost = false, in_grid = false;
-      int64_t extent = 1;
-      for (const ir::Axis& ax : k.axes) {
-        if (ax.block_param != int(p)) continue;
-        extent = std::max(extent, ax.extent);
-        if (ax.loop == -1) continue;
-        const ir::Loop& l = k.loops[size_t(ax.loop)];
-        if (l.grid) {
-          in_grid = true;
-          innermost = innermost || (&ax - k.axes.data()) == l.axes.back();
-        }
-      }
-      int64_t want = 512;
-      if (in_grid && !(innermost && grid.axes.size() > 1)) want = std::max<int64_t>(1, 16384 / row);
+      int64_t want = innermost_param[int(p)] ? 512 : std::max<int64_t>(1, 16384 / (row * inner_elems));
       d[t.name] = pick(t.values, std::min(want, next_pow2(extent)));
     }
     s.tunables_.push_back(t);
@@ -188,6 +195,8 @@ ConfigSpace ConfigSpace::derive(const ir::Kernel& k, const TargetLimits& limits)
   s.default_ = Config(d);
   return s;
 }
+
+void ConfigSpace::set_default(const Config& c) { default_ = complete(c); }
 
 Config ConfigSpace::complete(const Config& c) const {
   Config out = default_;

@@ -66,6 +66,8 @@ class ConfigSpace {
   const std::vector<Tunable>& tunables() const { return tunables_; }
   // A config that is valid for every shape, with heuristic block sizes.
   Config default_config() const { return default_; }
+  // Replaces the default (the driver shrinks it when the target's plan says it does not fit).
+  void set_default(const Config& c);
   // Checks names and values; a missing tunable takes its default. Throws ConfigError naming
   // the tunable, the bad value and the legal ones.
   Config complete(const Config& c) const;

@@ -1,5 +1,6 @@
 #include "driver/driver.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -20,6 +21,35 @@ std::mutex& cache_mutex() {
 }
 }  // namespace
 
+// The heuristic default may not fit the target's fast memory at every shape: step the largest
+// block sizes down until the plan fits, so the default is valid for every shape.
+void fit_default(Specialized& s);
+
+void fit_default(Specialized& s) {
+  config::Config c = s.space.default_config();
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    try {
+      lower(s, c);
+      s.space.set_default(c);
+      return;
+    } catch (const ConfigError&) {
+    }
+    const config::Tunable* biggest = nullptr;
+    size_t pos = 0;
+    for (const auto& t : s.space.tunables()) {
+      if (t.kind != config::Tunable::Kind::BlockSize) continue;
+      auto it = std::find(t.values.begin(), t.values.end(), c.values().at(t.name));
+      size_t p = size_t(it - t.values.begin());
+      if (p > 0 && (!biggest || c.values().at(t.name) > c.values().at(biggest->name))) {
+        biggest = &t;
+        pos = p;
+      }
+    }
+    if (!biggest) return;  // nothing left to shrink: lower() will report why
+    c.set(biggest->name, biggest->values[pos - 1]);
+  }
+}
+
 void set_tune_hook(TuneHook hook) { tune_hook() = std::move(hook); }
 
 Specialized specialize(const KernelBase& k, const std::vector<frontend::ArgSpec>& args,
@@ -32,6 +62,7 @@ Specialized specialize(const KernelBase& k, const std::vector<frontend::ArgSpec>
   s.ir = frontend::trace(k, args);
   passes::run_all(s.ir);
   s.space = config::ConfigSpace::derive(s.ir, s.backend->limits());
+  fit_default(s);
   return s;
 }
 

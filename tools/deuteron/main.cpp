@@ -1,0 +1,254 @@
+// deuteron: the command-line tool. `deuteron --help` lists the subcommands.
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "backends/cpu/compiler.h"
+#include "backends/cpu/hardware.h"
+#include "catalogue.h"
+#include "commands.h"
+#include "driver/driver.h"
+
+namespace deuteron::cli {
+
+namespace {
+
+using Json = nlohmann::json;
+
+std::vector<int64_t> parse_shape(const std::string& text) {
+  std::vector<int64_t> shape;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find_first_of(",x", pos);
+    std::string part = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    try {
+      size_t used = 0;
+      long long v = std::stoll(part, &used);
+      if (used != part.size() || v < 1) throw std::invalid_argument(part);
+      shape.push_back(v);
+    } catch (const std::exception&) {
+      throw ArgumentError(fmt::format("bad shape '{}': '{}' is not a positive integer", text, part), "",
+                          "write sizes separated by commas, e.g. --shape 8192,2560");
+    }
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return shape;
+}
+
+// The shape to use: --shape, else --shapes small|bench (default bench).
+std::vector<int64_t> pick_shape(const examples::Entry& e, const std::string& shape, const std::string& shapes) {
+  if (!shape.empty()) {
+    auto s = parse_shape(shape);
+    if (s.size() != e.bench_shape.size())
+      throw ArgumentError(fmt::format("kernel '{}' takes a shape of {} sizes ({}), got {}", e.name,
+                                      e.bench_shape.size(), fmt::join(e.shape_names, ", "), s.size()));
+    return s;
+  }
+  if (shapes == "small") return e.small_shape;
+  if (shapes == "bench" || shapes.empty()) return e.bench_shape;
+  throw ArgumentError(fmt::format("--shapes must be small or bench, not '{}'", shapes));
+}
+
+DType pick_dtype(const examples::Entry& e, const std::string& name) {
+  DType dt = parse_dtype(name);
+  if (std::find(e.dtypes.begin(), e.dtypes.end(), dt) == e.dtypes.end()) {
+    std::vector<std::string> ok;
+    for (DType d : e.dtypes) ok.emplace_back(dtype_name(d));
+    throw ArgumentError(fmt::format("kernel '{}' does not run in {}", e.name, name), "",
+                        fmt::format("its dtypes: {}", fmt::join(ok, ", ")));
+  }
+  return dt;
+}
+
+std::optional<config::Config> pick_config(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  return config::Config::parse(text);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+struct RunOptions {
+  std::string kernel, target = "cpu", shape, shapes, dtype = "float32", config;
+  int repeat = 0;
+  bool json = false;
+};
+
+int cmd_run(const RunOptions& o) {
+  const examples::Entry& e = examples::find(o.kernel);
+  std::vector<int64_t> shape = pick_shape(e, o.shape, o.shapes);
+  DType dt = pick_dtype(e, o.dtype);
+  auto args = e.inputs(shape, dt, 1);
+  int compiles_before = cpu::compiler_invocations();
+  driver::RunResult r = driver::run(*e.kernel, args, o.target, pick_config(o.config));
+
+  // Correctness against the independent reference.
+  std::vector<Tensor> want = e.reference(args);
+  bool correct = want.size() == r.outputs.size();
+  double max_err = 0;
+  for (size_t i = 0; correct && i < want.size(); ++i) {
+    Tolerance tol = default_tolerance(r.outputs[i].dtype());
+    CloseResult c = allclose(r.outputs[i], want[i], tol.rtol, tol.atol);
+    correct = correct && c.close;
+    max_err = std::max(max_err, c.max_abs_err);
+  }
+
+  // Timing: warm-up, then repeated runs until about a second has passed (at least 5).
+  using clock = std::chrono::steady_clock;
+  std::vector<double> ms;
+  r.exe->run(r.bound.tensors, r.bound.scalars);
+  auto start = clock::now();
+  int repeat = o.repeat > 0 ? o.repeat : 1000;
+  for (int i = 0; i < repeat; ++i) {
+    auto t0 = clock::now();
+    r.exe->run(r.bound.tensors, r.bound.scalars);
+    ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
+    if (o.repeat <= 0 && i >= 4 && clock::now() - start > std::chrono::seconds(1)) break;
+  }
+  double med = median(ms);
+  double bytes = e.bytes(shape, dt), flops = e.flops(shape);
+  double gbps = bytes / (med * 1e-3) / 1e9, gflops = flops / (med * 1e-3) / 1e9;
+  double fraction = 0;
+  if (o.target == "cpu") {
+    cpu::Roofline roof = cpu::roofline();
+    fraction = e.compute_bound ? gflops / roof.peak_gflops : gbps / roof.copy_gbps;
+  }
+  bool compiled = cpu::compiler_invocations() > compiles_before;
+
+  if (o.json) {
+    Json j = {{"kernel", e.name},     {"target", o.target},       {"shape", shape},
+              {"dtype", dtype_name(dt)}, {"config", r.config.to_json()}, {"config_origin", r.origin},
+              {"correct", correct},   {"max_abs_err", max_err},   {"median_ms", med},
+              {"runs", ms.size()},    {"gbps", gbps},             {"gflops", gflops},
+              {"compiled", compiled}, {"tuned", r.tuned},         {"roofline_fraction", fraction},
+              {"source", r.exe->source_path}};
+    std::cout << j.dump() << "\n";
+  } else {
+    fmt::print("{} {} [{}] on {}: {}\n", e.name, dtype_name(dt), fmt::join(shape, ", "), o.target,
+               correct ? "correct" : "WRONG");
+    fmt::print("  max abs error vs reference: {:.3g}\n", max_err);
+    fmt::print("  median {:.3f} ms over {} runs: {:.1f} GB/s, {:.1f} GFLOP/s", med, ms.size(), gbps, gflops);
+    if (o.target == "cpu") fmt::print(", {:.0f}% of the {} roofline", 100 * fraction, e.compute_bound ? "FMA" : "copy-bandwidth");
+    fmt::print("\n  config ({}): {}\n  compiled: {}, tuned: {}\n", r.origin, r.config.dump(),
+               compiled ? "yes" : "no (cache)", r.tuned ? "yes" : "no");
+  }
+  return correct ? 0 : 1;
+}
+
+int cmd_emit(const RunOptions& o, bool ir, bool plan) {
+  const examples::Entry& e = examples::find(o.kernel);
+  std::vector<int64_t> shape = pick_shape(e, o.shape, o.shapes);
+  DType dt = pick_dtype(e, o.dtype);
+  auto args = e.inputs(shape, dt, 1);
+  auto s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), o.target);
+  if (ir) {
+    std::cout << ir::print(s.ir);
+    if (o.json) std::cout << s.space.describe();
+    return 0;
+  }
+  auto cfg = pick_config(o.config);
+  config::Config c = cfg ? s.space.complete(*cfg) : driver::choose_config(s).config;
+  plan::Plan p = driver::lower(s, c);
+  std::cout << (plan ? plan::print(p) : s.backend->emit(p));
+  return 0;
+}
+
+int cmd_list(bool json) {
+  Json all = Json::array();
+  for (const auto& e : examples::catalogue()) {
+    std::vector<std::string> dts;
+    for (DType d : e.dtypes) dts.emplace_back(dtype_name(d));
+    if (json)
+      all.push_back({{"name", e.name}, {"summary", e.summary}, {"bench_shape", e.bench_shape},
+                     {"small_shape", e.small_shape}, {"dtypes", dts}});
+    else
+      fmt::print("{:<20} {}  [bench {}; dtypes {}]\n", e.name, e.summary, fmt::join(e.bench_shape, "x"),
+                 fmt::join(dts, ", "));
+  }
+  if (json) std::cout << all.dump() << "\n";
+  return 0;
+}
+
+int cmd_roofline(bool json, bool remeasure) {
+  cpu::Roofline r = cpu::roofline(remeasure);
+  const cpu::CpuInfo& info = cpu::cpu_info();
+  if (json) {
+    std::cout << Json{{"cpu", info.model_name},           {"cores", info.cores},
+                      {"peak_gflops", r.peak_gflops},     {"peak_gflops_1core", r.peak_gflops_1core},
+                      {"copy_gbps", r.copy_gbps},         {"copy_gbps_1core", r.copy_gbps_1core},
+                      {"l2_bytes", info.l2_bytes},        {"simd_bytes", info.simd_bytes}}
+                     .dump()
+              << "\n";
+  } else {
+    fmt::print("{} ({} cores, {}-bit SIMD, L2 {} KiB per core)\n", info.model_name, info.cores,
+               info.simd_bytes * 8, info.l2_bytes / 1024);
+    fmt::print("  f32 FMA peak: {:.1f} GFLOP/s ({:.1f} on one core)\n", r.peak_gflops, r.peak_gflops_1core);
+    fmt::print("  copy bandwidth: {:.1f} GB/s ({:.1f} on one core)\n", r.copy_gbps, r.copy_gbps_1core);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_core_commands(CLI::App& app) {
+  static RunOptions o;
+  static bool ir = false, plan = false, remeasure = false;
+  auto add_kernel_opts = [&](CLI::App* c) {
+    c->add_option("kernel", o.kernel, "kernel name (see `deuteron list`)")->required();
+    c->add_option("--target", o.target, "cpu (default) or pallas");
+    c->add_option("--shape", o.shape, "sizes, e.g. 8192,2560 (default: the kernel's CPU bench shape)");
+    c->add_option("--shapes", o.shapes, "small (ragged test shape) or bench");
+    c->add_option("--dtype", o.dtype, "float32, bfloat16, ...");
+    c->add_option("--config", o.config, "a config as JSON; default: pinned, cached or tuned");
+    c->add_flag("--json", o.json, "machine-readable output");
+  };
+  CLI::App* run = app.add_subcommand("run", "make inputs, run a kernel, check it against its reference, time it");
+  add_kernel_opts(run);
+  run->add_option("--repeat", o.repeat, "timed runs (default: about one second's worth)");
+  run->callback([] { std::exit(cmd_run(o)); });
+
+  CLI::App* emit = app.add_subcommand("emit", "print a kernel's generated code, IR or plan");
+  add_kernel_opts(emit);
+  emit->add_flag("--ir", ir, "print the kernel IR (with --json: also the config space)");
+  emit->add_flag("--plan", plan, "print the lowered plan");
+  emit->callback([] { std::exit(cmd_emit(o, ir, plan)); });
+
+  static bool list_json = false;
+  CLI::App* list = app.add_subcommand("list", "list the kernel catalogue");
+  list->add_flag("--json", list_json, "machine-readable output");
+  list->callback([] { std::exit(cmd_list(list_json)); });
+
+  static bool roof_json = false;
+  CLI::App* roof = app.add_subcommand("roofline", "measure (once, then cached) this machine's peak FMA rate and copy bandwidth");
+  roof->add_flag("--json", roof_json, "machine-readable output");
+  roof->add_flag("--remeasure", remeasure, "measure again instead of using the cached figures");
+  roof->callback([] { std::exit(cmd_roofline(roof_json, remeasure)); });
+}
+
+}  // namespace deuteron::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"Deuteron: tile-language kernels, compiled for the CPU, Pallas and Triton"};
+  app.require_subcommand(1);
+  deuteron::cli::add_core_commands(app);
+  deuteron::cli::add_tune_commands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const deuteron::Error& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
+  return 0;
+}
