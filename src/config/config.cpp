@@ -189,7 +189,10 @@ ConfigSpace ConfigSpace::derive(const ir::Kernel& k, const TargetLimits& limits)
   threads.kind = Tunable::Kind::Count;
   threads.help = "threads running the grid in parallel";
   for (int c = 1; c <= std::max(limits.cores, 1); ++c) threads.values.push_back(c);
-  d[threads.name] = std::max(limits.cores, 1);
+  // Small problems run on one thread: waking a team costs more than they take.
+  int64_t work = row;
+  for (int a : grid.axes) work *= std::max<int64_t>(k.axes[size_t(a)].extent, 1);
+  d[threads.name] = work < (int64_t(1) << 17) ? 1 : std::max(limits.cores, 1);
   s.tunables_.push_back(threads);
 
   s.default_ = Config(d);

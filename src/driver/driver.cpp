@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "deuteron/error.h"
 #include "passes/passes.h"
@@ -59,7 +60,17 @@ Specialized specialize(const KernelBase& k, const std::vector<frontend::ArgSpec>
   s.args = args;
   s.key = frontend::specialization_key(args);
   s.backend = &backends::get(target);
-  s.ir = frontend::trace(k, args);
+  try {
+    s.ir = frontend::trace(k, args);
+  } catch (const KernelError& e) {
+    // Name the call's arguments: a kernel traced for other shapes may fail only for these.
+    std::vector<std::string> described;
+    for (const auto& a : args)
+      described.push_back(a.is_tensor ? fmt::format("{}[{}]", dtype_name(a.dtype), fmt::join(a.shape, ", "))
+                                      : std::string(dtype_name(a.dtype)));
+    throw KernelError(fmt::format("{} (kernel called with {})", e.message(), fmt::join(described, ", ")),
+                      e.where(), e.hint());
+  }
   passes::run_all(s.ir);
   s.space = config::ConfigSpace::derive(s.ir, s.backend->limits());
   fit_default(s);

@@ -337,8 +337,9 @@ std::shared_ptr<Var> Tracer::index(const Var& tensor, const std::vector<hl::Inde
         fail(fmt::format("empty or invalid slice [{}:{}] of dim {} (size {}) of '{}'", s->start,
                          s->stop, d, size, ht.name),
              loc);
-      if (start == 0 && stop == size) e.axis = axis_for(ir::AxisKind::Reduction, size, "r");
-      else e.axis = axis_for(ir::AxisKind::Fixed, stop - start, "f");
+      // Any constant range is a whole-extent axis keyed by its length, so a slice of 3
+      // broadcasts with another tensor's whole dim of 3.
+      e.axis = axis_for(ir::AxisKind::Reduction, stop - start, "r");
       e.offset = start;
       dims.push_back(e.axis);
     } else if (auto* i = std::get_if<int64_t>(&v)) {
@@ -558,11 +559,8 @@ std::vector<int> Tracer::dims_of(const std::vector<hl::Size>& shape,
       if (n < 1) fail(fmt::format("block dims must be positive, got {}", n), loc);
       if (n == 1) dims.push_back(ir::kOne);
       else {
-        // A whole dimension of this size if one is in use, else a fixed-size block.
-        int found = -1;
-        for (size_t i = 0; i < k_.axes.size(); ++i)
-          if (k_.axes[i].kind == ir::AxisKind::Reduction && k_.axes[i].extent == n) found = int(i);
-        dims.push_back(found >= 0 ? found : axis_for(ir::AxisKind::Fixed, n, "f"));
+        // The whole-extent axis of this length (shared with any tensor dim of that size).
+        dims.push_back(axis_for(ir::AxisKind::Reduction, n, "r"));
       }
     }
   }

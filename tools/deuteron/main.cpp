@@ -148,15 +148,23 @@ int cmd_emit(const RunOptions& o, bool ir, bool plan) {
   DType dt = pick_dtype(e, o.dtype);
   auto args = e.inputs(shape, dt, 1);
   auto s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), o.target);
+  std::string kind = ir ? "ir" : plan ? "plan" : "source", text;
+  config::Config c;
   if (ir) {
-    std::cout << ir::print(s.ir);
-    if (o.json) std::cout << s.space.describe();
-    return 0;
+    text = ir::print(s.ir) + "config space:\n" + s.space.describe();
+  } else {
+    auto cfg = pick_config(o.config);
+    c = cfg ? s.space.complete(*cfg) : driver::choose_config(s).config;
+    plan::Plan p = driver::lower(s, c);
+    text = plan ? plan::print(p) : s.backend->emit(p);
   }
-  auto cfg = pick_config(o.config);
-  config::Config c = cfg ? s.space.complete(*cfg) : driver::choose_config(s).config;
-  plan::Plan p = driver::lower(s, c);
-  std::cout << (plan ? plan::print(p) : s.backend->emit(p));
+  if (o.json)
+    std::cout << Json{{"kernel", e.name}, {"target", o.target}, {"kind", kind}, {"shape", shape},
+                      {"dtype", dtype_name(dt)}, {"config", ir ? Json() : c.to_json()}, {"text", text}}
+                     .dump()
+              << "\n";
+  else
+    std::cout << text;
   return 0;
 }
 
@@ -216,7 +224,7 @@ void add_core_commands(CLI::App& app) {
 
   CLI::App* emit = app.add_subcommand("emit", "print a kernel's generated code, IR or plan");
   add_kernel_opts(emit);
-  emit->add_flag("--ir", ir, "print the kernel IR (with --json: also the config space)");
+  emit->add_flag("--ir", ir, "print the kernel IR and its config space");
   emit->add_flag("--plan", plan, "print the lowered plan");
   emit->callback([] { std::exit(cmd_emit(o, ir, plan)); });
 
