@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The CLI end to end, in a fresh cache: run, the compile cache across processes, emit, errors.
+# Usage: cli_test.sh path/to/deuteron
+set -uo pipefail
+BIN="$1"
+export DEUTERON_CACHE_DIR="$(mktemp -d)"
+trap 'rm -rf "$DEUTERON_CACHE_DIR"' EXIT
+passed=0
+failed=0
+check() {  # check NAME CONDITION-COMMAND...
+  local name="$1"
+  shift
+  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $name"; fi
+}
+has() { grep -q -- "$2" <<<"$1"; }
+
+first=$("$BIN" run add --shapes small --json --repeat 3)
+second=$("$BIN" run add --shapes small --json --repeat 3)
+check "first run is correct" has "$first" '"correct":true'
+check "first run compiles" has "$first" '"compiled":true'
+check "second run in a new process does not compile" has "$second" '"compiled":false'
+check "run --json has every field" bash -c "for f in kernel target shape dtype config correct max_abs_err median_ms compiled tuned roofline_fraction; do grep -q \"\\\"\$f\\\"\" <<<'$first' || exit 1; done"
+
+softmax=$("$BIN" run softmax --shape 257,1000 --dtype bfloat16 --json --repeat 3)
+check "softmax bf16 at a ragged shape is correct" has "$softmax" '"correct":true'
+
+ir=$("$BIN" emit softmax --shapes small --ir)
+check "emit --ir prints the IR" has "$ir" "kernel softmax"
+plan=$("$BIN" emit softmax --shapes small --plan)
+check "emit --plan prints the plan" has "$plan" "block specs"
+src=$("$BIN" emit softmax --shapes small)
+check "emit prints C++ named after the kernel" has "$src" "deuteron_softmax"
+check "emit is byte-identical across runs" test "$src" == "$("$BIN" emit softmax --shapes small)"
+
+err=$("$BIN" run no_such_kernel 2>&1); code=$?
+check "unknown kernel exits non-zero" test "$code" -ne 0
+check "unknown kernel lists the catalogue" has "$err" "known kernels"
+err=$("$BIN" run softmax --shape 10,x 2>&1); code=$?
+check "bad shape exits non-zero with a message" bash -c "test $code -ne 0 && grep -q 'bad shape' <<<'$err'"
+err=$("$BIN" run softmax --shapes small --config '{"block_t0": ' 2>&1); code=$?
+check "bad JSON exits non-zero with a message" bash -c "test $code -ne 0 && grep -q 'not valid JSON' <<<'$err'"
+err=$("$BIN" run softmax --shapes small --config '{"block_t0": 3}' 2>&1); code=$?
+check "illegal block size names the legal values" bash -c "test $code -ne 0 && grep -q 'legal values' <<<'$err'"
+
+echo "$passed passed, $failed failed"
+test "$failed" -eq 0
