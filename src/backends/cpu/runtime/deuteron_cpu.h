@@ -7,15 +7,19 @@
 // - Vectorisable. Every function is branch-free scalar float/int32 code (selects, shifts,
 //   bit casts, no tables, no libm calls), always inlined, so GCC vectorises a loop that calls
 //   them (`#pragma omp simd` or plain -O3) into zmm/ymm code for whatever -march allows.
-// - IEEE semantics are required: compile with -fno-math-errno and -ffp-contract=fast (both
-//   fine; results stay accurate with or without FMA contraction), but never with -ffast-math,
+// - Flags: -fno-math-errno (else sqrt does not vectorise) and -ffp-contract=fast are fine
+//   (results stay accurate with or without FMA contraction); never -ffast-math,
 //   -ffinite-math-only or -fassociative-math: the round-to-integer shifter and the NaN/Inf
 //   selects rely on IEEE rules. The rounding mode must be round-to-nearest (the default).
+//   -ftrapping-math (GCC's default) is fine: see detail::sel.
 //
-// Accuracy against double-precision references (tests/test_cpu_math.cpp measures it):
-// exp, exp2, log within about 1-2 ulp over the whole float range; tanh, sigmoid, silu, erf,
-// gelu_tanh, gelu_erf within a few ulp relative where the result is not tiny, with correct
-// saturation; sqrt exact; rsqrt within 1 ulp.
+// Accuracy against double-precision references, worst case over all 2^32 inputs (tests/
+// test_cpu_math.cpp checks a sweep): exp 1.02 ulp, exp2 0.9, log 1.02, sqrt 0.5 (exact),
+// rsqrt 1.5, tanh 1.5, sigmoid 2.9, erf 2.3, gelu_erf 6.5 (relative 6e-7); silu and gelu_tanh
+// a few ulp times the conditioning of x * sigmoid(v) (silu 2.9 ulp; gelu_tanh 1e-5 relative
+// near x = -9.5, where its result is 1e-36, 1e-6 at x = -3). Overflow gives inf, exp and
+// sigmoid underflow gradually to 0, the activations flush results below 1e-35 to 0 (see
+// kExpZeroBelow), NaN in gives NaN out, and silu / gelu_* (-inf) give their limit -0.
 #pragma once
 
 #include <cstdint>
@@ -31,17 +35,36 @@ DT_INLINE constexpr float nan() { return __builtin_nanf(""); }
 DT_INLINE uint32_t as_u32(float x) { return __builtin_bit_cast(uint32_t, x); }
 DT_INLINE float as_f32(uint32_t u) { return __builtin_bit_cast(float, u); }
 
+namespace detail {
+// c ? a : b as a bit mask. A plain ?: whose arms are computed gets those computations sunk
+// into the arms; under the default -ftrapping-math GCC then refuses to if-convert them
+// without AVX-512 masking ("control flow in loop"), and the loop stays scalar on AVX2. The
+// mask form always vectorises (to vblendvps / vpternlogd) and cannot be jump-threaded.
+DT_INLINE float sel(bool c, float a, float b) {
+  uint32_t m = 0u - static_cast<uint32_t>(c);
+  return as_f32((as_u32(a) & m) | (as_u32(b) & ~m));
+}
+DT_INLINE uint32_t selu(bool c, uint32_t a, uint32_t b) {
+  uint32_t m = 0u - static_cast<uint32_t>(c);
+  return (a & m) | (b & ~m);
+}
+}  // namespace detail
+
 DT_INLINE float abs(float x) { return __builtin_fabsf(x); }
 DT_INLINE float sqrt(float x) { return __builtin_sqrtf(x); }
-// Correctly rounded sqrt and division: within 1 ulp, exact 0 -> inf, inf -> 0, x < 0 -> NaN.
+// Two correctly rounded operations: within 1.5 ulp; 0 -> inf, inf -> 0, x < 0 -> NaN.
 // (An rsqrt14 estimate would need a Newton step to be as good and is not reachable without
 // intrinsics.)
 DT_INLINE float rsqrt(float x) { return 1.0f / __builtin_sqrtf(x); }
 
-// PyTorch semantics: a NaN in either operand gives NaN. !(a <= b) is true when a > b or when
-// either is NaN; if only b is NaN it is false and b is returned.
-DT_INLINE float maximum(float a, float b) { return !(a <= b) ? a : b; }
-DT_INLINE float minimum(float a, float b) { return !(a >= b) ? a : b; }
+// PyTorch semantics: a NaN in either operand gives NaN. a > b is false when either is NaN,
+// which picks b (right when b is the NaN); the second select returns a when a is the NaN.
+DT_INLINE float maximum(float a, float b) {
+  return detail::sel(a != a, a, detail::sel(a > b, a, b));
+}
+DT_INLINE float minimum(float a, float b) {
+  return detail::sel(a != a, a, detail::sel(a < b, a, b));
+}
 
 namespace detail {
 
@@ -76,24 +99,63 @@ DT_INLINE float exp_poly(float r) {
   return (p * (r * r) + r) + 1.0f;
 }
 
-// e^(hi + lo) where hi carries the bulk and lo is a small correction, |hi + lo| <= 110:
+// Subnormals are slow: every vector op that produces (or, for some ops, reads) a subnormal or
+// underflows costs a microcode assist of ~100+ cycles on Intel unless FTZ/DAZ are set (exp
+// over a row of -inf ran 30x slower before this). So results that are certainly 0 are not
+// computed: lanes below the threshold compute e^0 and are zeroed by a final select.
+// dt::exp keeps IEEE gradual underflow (only results in (-103.97, -87.34) take the slow path).
+// The activations (silu, gelu_tanh, gelu_erf) flush results below about 1e-36 to 0 instead,
+// so that no input makes them compute subnormals; that is an absolute error below 1e-35.
+inline constexpr float kExpZeroBelow = -104.0f;  // e^x < 2^-150 (rounds to 0) for x < -103.973
+inline constexpr float kActFlushBelow = -86.0f;  // e^-86 = 4.5e-38: e and e/(1+e) stay normal
+
+// e^x with Cody-Waite range reduction x = n ln2 + r, |r| <= ln2/2, a degree-6 minimax
+// polynomial for e^r and scaling by 2^n; 0 for x < zero_below, which must be >= -104 so that
+// n stays within scale_pow2's range.
+DT_INLINE float exp_impl(float x, float zero_below) {
+  // The upper clamp keeps n within scale_pow2's range; NaN fails every test and passes through.
+  bool zero = x < zero_below;
+  x = sel(zero, 0.0f, x);
+  x = sel(x > 100.0f, 100.0f, x);
+  float t = x * kLog2e + kShifter;
+  float n = t - kShifter;
+  int32_t ni = static_cast<int32_t>(as_u32(t) - as_u32(kShifter));
+  float r = x - n * kLn2Hi;
+  r = r - n * kLn2Lo;
+  return sel(zero, 0.0f, scale_pow2(exp_poly(r), ni));
+}
+
+// e^(hi + lo) where hi carries the bulk and lo is a small correction, hi + lo <= 100:
 // lo is added after the exact Cody-Waite reduction, so it keeps its relative accuracy
-// (used by erfc, whose argument -z^2 must not be rounded).
-DT_INLINE float exp_hilo(float hi, float lo) {
+// (used by erfc, whose argument -z^2 must not be rounded). 0 below zero_below.
+DT_INLINE float exp_hilo(float hi, float lo, float zero_below) {
+  bool zero = hi + lo < zero_below;
+  hi = sel(zero, 0.0f, hi);
+  lo = sel(zero, 0.0f, lo);
   float t = (hi + lo) * kLog2e + kShifter;
   float n = t - kShifter;
   int32_t ni = static_cast<int32_t>(as_u32(t) - as_u32(kShifter));
   float r = hi - n * kLn2Hi;
   r = r - n * kLn2Lo;
   r = r + lo;
-  return scale_pow2(exp_poly(r), ni);
+  return sel(zero, 0.0f, scale_pow2(exp_poly(r), ni));
 }
 
-// erfc(z) for 0.5 <= z (clamped at 10.5, where erfc is 0 in float), given z^2 = zz_hi + zz_lo.
+// e = e^-|x| and s = 1 / (1 + e): sigmoid(x) is s for x >= 0 and e * s for x < 0. e never
+// overflows, and for x << 0 the result e * s keeps its relative accuracy down to subnormals
+// (or is flushed below zero_below). For x > 20, 1 / (1 + e) rounds to 1 anyway: e^-20 is used
+// there so that large positive x never compute subnormals.
+struct SigmoidParts { float e, s; };
+DT_INLINE SigmoidParts sigmoid_parts(float x, float zero_below) {
+  float e = exp_impl(sel(x > 20.0f, -20.0f, -__builtin_fabsf(x)), zero_below);
+  return {e, 1.0f / (1.0f + e)};
+}
+
+// erfc(z) for 0.5 <= z <= 10.5 (callers clamp z), given z^2 = zz_hi + zz_lo.
 // Form of Numerical Recipes' erfcc: t = 1 / (1 + z/2), erfc(z) = t * exp(-z^2 + P(t)), with P
 // of degree 9 refitted by Remez for 0.5 <= z <= 10.1 (error of the exponent 1.6e-9). This keeps
 // relative accuracy far into the tail, which gelu_erf needs for negative x.
-DT_INLINE float erfc_tail(float z, float zz_hi, float zz_lo) {
+DT_INLINE float erfc_tail(float z, float zz_hi, float zz_lo, float zero_below) {
   float t = 1.0f / (1.0f + 0.5f * z);
   float p = 0.255933613f;
   p = p * t - 1.20316064f;
@@ -105,7 +167,7 @@ DT_INLINE float erfc_tail(float z, float zz_hi, float zz_lo) {
   p = p * t + 0.365784615f;
   p = p * t + 1.00072265f;
   p = p * t - 1.26553679f;
-  return t * exp_hilo(-zz_hi, p - zz_lo);
+  return t * exp_hilo(-zz_hi, p - zz_lo, zero_below);
 }
 
 // erf(x) / x on |x| < 1 as a polynomial in x^2 (degree 5, Remez, relative error 5.4e-8).
@@ -127,27 +189,17 @@ DT_INLINE float split12(float x) { return as_f32(as_u32(x) & 0xfffff000u); }
 }  // namespace detail
 
 // e^x: Cody-Waite range reduction x = n ln2 + r, |r| <= ln2/2, degree-6 minimax polynomial
-// for e^r, then scaling by 2^n. Overflows to +inf above 88.72, underflows (through
-// subnormals) to 0 below -103.97; exp(-inf) = 0, exp(inf) = inf, NaN -> NaN.
-DT_INLINE float exp(float x) {
-  using namespace detail;
-  // The clamp keeps n within scale_pow2's range; NaN fails both tests and passes through.
-  x = x < -110.0f ? -110.0f : x;
-  x = x > 110.0f ? 110.0f : x;
-  float t = x * kLog2e + kShifter;
-  float n = t - kShifter;
-  int32_t ni = static_cast<int32_t>(as_u32(t) - as_u32(kShifter));
-  float r = x - n * kLn2Hi;
-  r = r - n * kLn2Lo;
-  return scale_pow2(exp_poly(r), ni);
-}
+// for e^r, then scaling by 2^n (see exp_impl). Overflows to +inf above 88.72, underflows
+// (through subnormals) to 0 below -103.97; exp(-inf) = 0, exp(inf) = inf, NaN -> NaN.
+DT_INLINE float exp(float x) { return detail::exp_impl(x, detail::kExpZeroBelow); }
 
 // 2^x: x = n + f with |f| <= 1/2 (exact), degree-6 minimax polynomial for 2^f (relative error
 // 5.2e-9), scaling by 2^n.
 DT_INLINE float exp2(float x) {
   using namespace detail;
-  x = x < -160.0f ? -160.0f : x;
-  x = x > 160.0f ? 160.0f : x;
+  bool zero = x < -150.0f;  // 2^-150 ties to 0; below it is 0 (see kExpZeroBelow)
+  x = sel(zero, 0.0f, x);
+  x = sel(x > 150.0f, 150.0f, x);
   float t = x + kShifter;
   float n = t - kShifter;
   int32_t ni = static_cast<int32_t>(as_u32(t) - as_u32(kShifter));
@@ -158,7 +210,7 @@ DT_INLINE float exp2(float x) {
   p = p * f + 0.0555027239f;
   p = p * f + 0.240226552f;
   p = p * f + 0.693147242f;
-  return scale_pow2(p * f + 1.0f, ni);
+  return sel(zero, 0.0f, scale_pow2(p * f + 1.0f, ni));
 }
 
 // log(x): x = 2^k * m with m in [sqrt(1/2), sqrt(2)) by integer exponent arithmetic (as in
@@ -168,11 +220,11 @@ DT_INLINE float exp2(float x) {
 DT_INLINE float log(float x) {
   using namespace detail;
   bool sub = x < 0x1p-126f;
-  float xs = sub ? x * 0x1p23f : x;
+  float xs = x * sel(sub, 0x1p23f, 1.0f);
   uint32_t u = as_u32(xs) - 0x3f3504f3u;  // bits of sqrt(1/2)
   int32_t k = static_cast<int32_t>(u) >> 23;
   float m = as_f32((u & 0x007fffffu) + 0x3f3504f3u);
-  float kf = static_cast<float>(sub ? k - 23 : k);
+  float kf = static_cast<float>(k - static_cast<int32_t>(selu(sub, 23u, 0u)));
   float f = m - 1.0f;
   float p = -0.0565687679f;
   p = p * f + 0.113594554f;
@@ -186,81 +238,81 @@ DT_INLINE float log(float x) {
   float y = (f2 * f) * p + kf * kLn2Lo;
   y = y - 0.5f * f2;
   float r = (f + y) + kf * kLn2Hi;
-  float special = x == 0.0f ? neg_inf() : (x < 0.0f ? nan() : x);  // x: inf or NaN
-  return (x > 0.0f && x < kInf) ? r : special;
+  float special = sel(x == 0.0f, neg_inf(), sel(x < 0.0f, nan(), x));  // else inf or NaN
+  // 0 < x < inf as one unsigned compare on the bits (an && would become a branch).
+  return sel(as_u32(x) - 1u < 0x7f7fffffu, r, special);
 }
 
-// tanh(x): for |x| < 0.625 the odd minimax polynomial x + x^3 P(x^2) (P degree 4, relative
-// error 4.5e-9); otherwise (1 - e) / (1 + e) with e = exp(-2|x|), which saturates to 1 without
-// overflow, with the sign of x. NaN -> NaN.
+// tanh(x) for a = |x|: for a < 0.625 the odd minimax polynomial a + a^3 P(a^2) (P degree 4,
+// relative error 4.5e-9); otherwise (1 - e) / (1 + e) with e = exp(-2a), which saturates to 1
+// without overflow. Then the sign of x (so tanh(-0) = -0). NaN -> NaN.
 DT_INLINE float tanh(float x) {
   float a = __builtin_fabsf(x);
-  float z = x * x;
+  float z = a * a;
   float p = -0.00569229666f;
   p = p * z + 0.0206281673f;
   p = p * z - 0.0537365153f;
   p = p * z + 0.133314058f;
   p = p * z - 0.333332807f;
-  float small = (x * z) * p + x;
-  float e = dt::exp(-2.0f * a);
-  float big = __builtin_copysignf((1.0f - e) / (1.0f + e), x);
-  return a < 0.625f ? small : big;
+  float small = (a * z) * p + a;
+  // tanh(a) rounds to 1 from a = 9.01 on; clamping at 10 keeps e normal (no subnormal assists).
+  float e = detail::exp_impl(-2.0f * detail::sel(a > 10.0f, 10.0f, a), detail::kExpZeroBelow);
+  float big = (1.0f - e) / (1.0f + e);
+  return __builtin_copysignf(detail::sel(a < 0.625f, small, big), x);
 }
 
-namespace detail {
-// e = e^-|x| and s = 1 / (1 + e): sigmoid(x) is s for x >= 0 and e * s for x < 0. e never
-// overflows, and for x << 0 the result e * s keeps its relative accuracy down to subnormals.
-struct SigmoidParts { float e, s; };
-DT_INLINE SigmoidParts sigmoid_parts(float x) {
-  float e = dt::exp(-__builtin_fabsf(x));
-  return {e, 1.0f / (1.0f + e)};
-}
-}  // namespace detail
-
-// 1 / (1 + e^-x), computed from e^-|x| (see sigmoid_parts): sigmoid(-inf) = 0, sigmoid(inf) = 1.
+// 1 / (1 + e^-x), computed from e^-|x| (see sigmoid_parts), with gradual underflow for
+// x < -87.3: sigmoid(-inf) = 0, sigmoid(inf) = 1, NaN -> NaN.
 DT_INLINE float sigmoid(float x) {
-  detail::SigmoidParts q = detail::sigmoid_parts(x);
-  return x >= 0.0f ? q.s : q.e * q.s;
+  detail::SigmoidParts q = detail::sigmoid_parts(x, detail::kExpZeroBelow);
+  return detail::sel(x >= 0.0f, q.s, q.e * q.s);
 }
 
-// x * sigmoid(x). silu(-inf) is the limit -0 (x * 0 would be NaN).
+// x * sigmoid(x); results below x = -86 (|silu| < 4e-36) are flushed to -0 (kActFlushBelow).
+// silu(-inf) is the limit -0 (x * 0 would be NaN).
 DT_INLINE float silu(float x) {
-  float r = x * dt::sigmoid(x);
-  return x == neg_inf() ? -0.0f : r;
+  detail::SigmoidParts q = detail::sigmoid_parts(x, detail::kActFlushBelow);
+  float r = x * detail::sel(x >= 0.0f, q.s, q.e * q.s);
+  return detail::sel(x == neg_inf(), -0.0f, r);
 }
 
 // 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), evaluated as the identical
-// x * sigmoid(2u), which has no cancellation for x < 0. gelu_tanh(-inf) is the limit -0.
+// x * sigmoid(2u), which has no cancellation for x < 0. Results below x = -9.2 (< 5e-37) are
+// flushed to -0 (kActFlushBelow); gelu_tanh(-inf) is the limit -0.
 DT_INLINE float gelu_tanh(float x) {
   float v = x * (0.0713548139f * (x * x) + 1.59576917f);  // 2u
-  float r = x * dt::sigmoid(v);
-  return x == neg_inf() ? -0.0f : r;
+  detail::SigmoidParts q = detail::sigmoid_parts(v, detail::kActFlushBelow);
+  float r = x * detail::sel(v >= 0.0f, q.s, q.e * q.s);
+  return detail::sel(x == neg_inf(), -0.0f, r);
 }
 
 // erf(x): |x| < 1: x P(x^2); otherwise sign(x) (1 - erfc(|x|)) with erfc_tail. NaN -> NaN.
 DT_INLINE float erf(float x) {
   using namespace detail;
   float a = __builtin_fabsf(x);
-  float ac = a > 10.5f ? 10.5f : a;
+  // erf(x) rounds to 1 from 3.92 on; clamping at 4 keeps the tail's exp far from underflow.
+  float ac = sel(a > 4.0f, 4.0f, a);
   // Absolute accuracy suffices here (erfc <= 0.16), so z^2 need not be split.
-  float big = __builtin_copysignf(1.0f - erfc_tail(ac, ac * ac, 0.0f), x);
-  return a < 1.0f ? erf_small(x) : big;
+  float big = __builtin_copysignf(1.0f - erfc_tail(ac, ac * ac, 0.0f, kExpZeroBelow), x);
+  return sel(a < 1.0f, erf_small(x), big);
 }
 
 // 0.5 x (1 + erf(x / sqrt 2)) = 0.5 x erfc(-x / sqrt 2). For x / sqrt2 < -0.5 it uses erfc
 // directly with z^2 = x^2 / 2 formed exactly from x (split12), so the negative tail keeps
-// relative accuracy; otherwise 1 + erf. gelu_erf(-inf) is the limit -0.
+// relative accuracy; otherwise 1 + erf. Results below x = -12.9 (< 1e-36) are flushed to -0
+// (the tail's exponent below -85 keeps t * e^.. normal); gelu_erf(-inf) is the limit -0.
 DT_INLINE float gelu_erf(float x) {
   using namespace detail;
   float z = x * 0.707106769f;
   float a = __builtin_fabsf(z);
   float xa = __builtin_fabsf(x);
-  xa = xa > 14.5f ? 14.5f : xa;  // erfc(14.5 / sqrt 2) is 0 in float
+  xa = sel(xa > 14.5f, 14.5f, xa);  // keeps z^2 finite; the result there is flushed anyway
   float xh = split12(xa);
-  float ec = erfc_tail(xa * 0.707106769f, 0.5f * (xh * xh), 0.5f * ((xa - xh) * (xa + xh)));
-  float one_plus_erf = z < -0.5f ? ec : (a < 1.0f ? 1.0f + erf_small(z) : 2.0f - ec);
+  float ec = erfc_tail(xa * 0.707106769f, 0.5f * (xh * xh), 0.5f * ((xa - xh) * (xa + xh)),
+                       kActFlushBelow + 1.0f);
+  float one_plus_erf = sel(z < -0.5f, ec, sel(a < 1.0f, 1.0f + erf_small(z), 2.0f - ec));
   float r = (0.5f * x) * one_plus_erf;
-  return x == neg_inf() ? -0.0f : r;
+  return detail::sel(x == neg_inf(), -0.0f, r);
 }
 
 // ---- 16-bit float conversions: integer bit manipulation, round-to-nearest-even ----
@@ -273,7 +325,7 @@ DT_INLINE uint16_t f32_to_bf16(float f) {
   uint32_t u = as_u32(f);
   uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   uint32_t qnan = (u >> 16) | 0x0040u;
-  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? qnan : rounded);
+  return static_cast<uint16_t>(detail::selu((u & 0x7fffffffu) > 0x7f800000u, qnan, rounded));
 }
 
 // Normal halves: rebias the exponent (112 << 23). Subnormal halves: m * 2^-24 by an exact
@@ -286,7 +338,7 @@ DT_INLINE float f16_to_f32(uint16_t h) {
   uint32_t norm = (em << 13) + (112u << 23);
   uint32_t infnan = (em << 13) | 0x7f800000u;
   uint32_t sub = as_u32(static_cast<float>(static_cast<int32_t>(em)) * 0x1p-24f);
-  uint32_t r = em < 0x0400u ? sub : (em >= 0x7c00u ? infnan : norm);
+  uint32_t r = detail::selu(em < 0x0400u, sub, detail::selu(em >= 0x7c00u, infnan, norm));
   return as_f32(r | sign);
 }
 
@@ -300,9 +352,9 @@ DT_INLINE uint16_t f32_to_f16(float f) {
   uint32_t a = u & 0x7fffffffu;
   uint32_t norm = (a - (112u << 23) + 0x0fffu + ((a >> 13) & 1u)) >> 13;
   uint32_t sub = as_u32(as_f32(a) + 0.5f) - 0x3f000000u;
-  uint32_t r = a < 0x38800000u ? sub : norm;
-  r = a >= 0x47800000u ? 0x7c00u : r;
-  r = a > 0x7f800000u ? (0x7e00u | ((a >> 13) & 0x03ffu)) : r;
+  uint32_t r = detail::selu(a < 0x38800000u, sub, norm);
+  r = detail::selu(a >= 0x47800000u, 0x7c00u, r);
+  r = detail::selu(a > 0x7f800000u, 0x7e00u | ((a >> 13) & 0x03ffu), r);
   return static_cast<uint16_t>(r | sign);
 }
 
