@@ -8,6 +8,7 @@ namespace deuteron::examples {
 
 // The kernel, as a user writes it: one tile loop over every dim of the output.
 static const auto add = deuteron::kernel("add", [](hl::Tensor x, hl::Tensor y) {
+  hl::expect(x.sizes() == y.sizes(), "x and y must have the same shape");
   auto out = hl::empty_like(x);
   for (auto tile : hl::tile(out.sizes())) out[tile] = x[tile] + y[tile];
   return out;

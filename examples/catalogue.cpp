@@ -16,6 +16,10 @@ Registrar::Registrar(Entry e) { entries().push_back(std::move(e)); }
 
 const std::vector<Entry>& catalogue() { return entries(); }
 
+Tolerance tolerance_for(const Entry& e, DType dtype) {
+  return e.tolerance ? e.tolerance(dtype) : default_tolerance(dtype);
+}
+
 const Entry& find(const std::string& name) {
   for (const Entry& e : entries())
     if (e.name == name) return e;

@@ -27,7 +27,13 @@ struct Entry {
   std::function<double(const std::vector<int64_t>& shape, DType dtype)> bytes;
   std::function<double(const std::vector<int64_t>& shape)> flops;
   bool compute_bound = false;  // roofline against peak flops rather than bandwidth
+  // Tolerance of the check against the reference, when the dtype's default is too tight
+  // (a long reduction accumulates rounding); empty means default_tolerance(dtype).
+  std::function<Tolerance(DType dtype)> tolerance;
 };
+
+// The tolerance to check an entry's output of this dtype with.
+Tolerance tolerance_for(const Entry& e, DType dtype);
 
 // Every registered kernel, in registration order.
 const std::vector<Entry>& catalogue();

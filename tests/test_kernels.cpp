@@ -50,7 +50,7 @@ void expect_matches(const examples::Entry& e, const std::vector<Arg>& args, cons
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < want.size(); ++i) {
     ASSERT_EQ(got[i].sizes(), want[i].sizes()) << what;
-    Tolerance tol = default_tolerance(got[i].dtype());
+    Tolerance tol = examples::tolerance_for(e, got[i].dtype());
     CloseResult r = allclose(got[i], want[i], tol.rtol, tol.atol);
     EXPECT_TRUE(r.close) << what << ": output " << i << " max abs error " << r.max_abs_err
                          << " at flat index " << r.worst_index;

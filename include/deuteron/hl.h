@@ -14,6 +14,7 @@
 #include <initializer_list>
 #include <memory>
 #include <source_location>
+#include <string>
 #include <type_traits>
 #include <variant>
 #include <vector>
@@ -223,6 +224,10 @@ Tensor arange(int64_t n, Loc loc = Loc::current());
 Tensor empty(std::vector<int64_t> shape, DType dtype = DType::f32, Loc loc = Loc::current());
 Tensor empty_like(const Tensor& t, Loc loc = Loc::current());
 Tensor empty_like(const Tensor& t, DType dtype, Loc loc = Loc::current());
+
+// Checks the kernel's arguments in host code (`hl::expect(labels.dtype() == DType::i64, ...)`):
+// when false, the call fails with an ArgumentError naming the kernel, this line and `message`.
+void expect(bool condition, const std::string& message, Loc loc = Loc::current());
 
 // A block size shared by several tile loops (tuned once for all of them).
 class BlockSize {

@@ -77,9 +77,30 @@ Specialized specialize(const KernelBase& k, const std::vector<frontend::ArgSpec>
   return s;
 }
 
+namespace {
+// Config errors name the kernel, and where the kernel was defined.
+[[noreturn]] void rethrow_for(const Specialized& s, const ConfigError& e, const char* what) {
+  throw ConfigError(fmt::format("kernel '{}': {}{}", s.kernel->name(), what, e.message()),
+                    e.where().empty() ? format_location(s.kernel->location()) : e.where(), e.hint());
+}
+}  // namespace
+
+config::Config complete(const Specialized& s, const config::Config& c) {
+  try {
+    return s.space.complete(c);
+  } catch (const ConfigError& e) {
+    rethrow_for(s, e, "");
+  }
+}
+
 Choice choose_config(const Specialized& s) {
-  if (!s.kernel->options().config.empty())
-    return {s.space.complete(config::Config::parse(s.kernel->options().config)), "pinned", false};
+  if (!s.kernel->options().config.empty()) {
+    try {
+      return {s.space.complete(config::Config::parse(s.kernel->options().config)), "pinned", false};
+    } catch (const ConfigError& e) {
+      rethrow_for(s, e, "the config pinned in its definition is unusable: ");
+    }
+  }
   std::string effort = s.kernel->options().effort;
   if (const char* e = std::getenv("DEUTERON_AUTOTUNE_EFFORT")) effort = e;
   if (effort != "none" && tune_hook()) return tune_hook()(s, effort);
@@ -87,9 +108,13 @@ Choice choose_config(const Specialized& s) {
 }
 
 plan::Plan lower(const Specialized& s, const config::Config& c) {
-  plan::Plan p = plan::lower(s.ir, s.space.complete(c), s.backend->limits(), s.backend->name());
-  s.backend->check(p);
-  return p;
+  try {
+    plan::Plan p = plan::lower(s.ir, s.space.complete(c), s.backend->limits(), s.backend->name());
+    s.backend->check(p);
+    return p;
+  } catch (const ConfigError& e) {
+    rethrow_for(s, e, "");
+  }
 }
 
 Bound bind_args(const Specialized& s, const std::vector<Arg>& args) {
@@ -169,7 +194,7 @@ RunResult run(const KernelBase& k, const std::vector<Arg>& args, const std::stri
   Specialized s = specialize(k, frontend::describe_args(k, args), target);
   RunResult r;
   if (config) {
-    r.config = s.space.complete(*config);
+    r.config = complete(s, *config);
     r.origin = "given";
   } else {
     Choice c = choose_config(s);

@@ -45,6 +45,8 @@ using TuneHook = std::function<Choice(const Specialized&, const std::string& eff
 void set_tune_hook(TuneHook hook);
 Choice choose_config(const Specialized& s);
 
+// The space's completion of `c` (missing tunables take defaults); errors name the kernel.
+config::Config complete(const Specialized& s, const config::Config& c);
 plan::Plan lower(const Specialized& s, const config::Config& c);
 
 // Allocates outputs, binds arguments to the IR's host tensors, and runs.

@@ -83,7 +83,8 @@ Tensor& Tensor::operator=(const Tensor& other) & {
 Tensor& Tensor::operator=(Tensor&& other) & { return operator=(static_cast<const Tensor&>(other)); }
 
 void Tensor::operator=(const Tensor& value) && {
-  Loc loc = value.var_ ? value.var_->loc : Loc::current();
+  // The indexed block records where `out[index]` was written: the store's line.
+  Loc loc = var_ ? var_->loc : Loc::current();
   auto& tr = Tracer::current(loc);
   if (!var_) tr.fail("assignment to an uninitialised hl::Tensor", loc);
   tr.store_indexed(*var_, var_of(value, loc), loc);
@@ -341,6 +342,13 @@ Tensor empty(std::vector<int64_t> shape, DType dtype, Loc loc) {
 }
 Tensor empty_like(const Tensor& t, Loc loc) { return empty(t.sizes(loc), t.dtype(), loc); }
 Tensor empty_like(const Tensor& t, DType dtype, Loc loc) { return empty(t.sizes(loc), dtype, loc); }
+
+void expect(bool condition, const std::string& message, Loc loc) {
+  auto& tr = Tracer::current(loc);
+  if (!condition)
+    throw ArgumentError(fmt::format("kernel '{}' cannot take these arguments: {}", tr.kernel().name, message),
+                        format_location(loc), "pass arguments of the shapes and dtypes the kernel expects");
+}
 
 BlockSize register_block_size(int64_t min, int64_t max, Loc loc) {
   auto& tr = Tracer::current(loc);

@@ -199,6 +199,14 @@ ir::ValueId Tracer::use(const Var& v, const std::source_location& loc, const cha
     const_cast<Var&>(v).value = emit(op, dt, {}, {});
   }
   if (v.value < 0) fail(fmt::format("{} uses an uninitialised hl::Tensor", what), loc);
+  int defined_in = value_loop_.at(size_t(v.value));
+  if (defined_in >= 0 && std::none_of(open_loops_.begin(), open_loops_.end(),
+                                      [&](const Frame& f) { return f.loop == defined_in; }))
+    fail(fmt::format("{} uses a block value computed inside a tile loop that has ended (at {})", what,
+                     format_location(k_.loops[size_t(defined_in)].loc)),
+         loc,
+         "give the variable its value before the loop (e.g. hl::zeros) so the loop carries it, "
+         "or use it inside the loop");
   return v.value;
 }
 
@@ -219,6 +227,7 @@ ir::ValueId Tracer::emit(ir::Op op, DType dtype, std::vector<int> dims,
   if (op.kind != ir::OpKind::Store) {
     val.def_op = op_id;
     k_.values.push_back(val);
+    value_loop_.push_back(open_loops_.empty() ? -1 : open_loops_.back().loop);
     op.result = int(k_.values.size()) - 1;
   }
   std::vector<int> ids;
@@ -364,8 +373,11 @@ std::shared_ptr<Var> Tracer::index(const Var& tensor, const std::vector<hl::Inde
       if (iv.dims.empty()) {
         e.kind = ir::Index::Kind::Scalar;
       } else {
+        // An index block's dims become result dims; a dim the result already has (the same
+        // tile) pairs up element by element, as x[rows, labels[rows]] picks one per row.
         e.kind = ir::Index::Kind::Gather;
-        dims.insert(dims.end(), iv.dims.begin(), iv.dims.end());
+        for (int d : iv.dims)
+          if (d != ir::kOne && std::find(dims.begin(), dims.end(), d) == dims.end()) dims.push_back(d);
       }
     }
     if (e.kind == ir::Index::Kind::Scalar && e.value >= 0 &&
@@ -726,11 +738,12 @@ void Tracer::close_loop(int loop_id) {
     ir::Value phi = iv;
     phi.def_op = -1;
     k_.values.push_back(phi);
+    value_loop_.push_back(loop_id);
     c.phi = int(k_.values.size()) - 1;
     ir::Value res = iv;
     res.def_op = -1;
-    res.dtype = iv.dtype;
     k_.values.push_back(res);
+    value_loop_.push_back(open_loops_.empty() ? -1 : open_loops_.back().loop);
     c.result = int(k_.values.size()) - 1;
     // Reads of the variable inside the loop, before it was reassigned, see the phi.
     auto reads_var = [&](int used_var) {

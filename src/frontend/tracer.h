@@ -137,6 +137,7 @@ class Tracer {
   int next_var_ = 0;
   std::vector<Frame> open_loops_;
   std::vector<std::vector<int>> op_vars_;  // per op: the variable each input was read through
+  std::vector<int> value_loop_;  // per value: the loop whose body defines it (-1: none)
   std::map<int, int> var_origin_;  // variable -> variable it was copied from
   std::map<int, int> var_depth_;
   std::vector<std::string> used_names_;

@@ -94,7 +94,7 @@ int cmd_run(const RunOptions& o) {
   bool correct = want.size() == r.outputs.size();
   double max_err = 0;
   for (size_t i = 0; correct && i < want.size(); ++i) {
-    Tolerance tol = default_tolerance(r.outputs[i].dtype());
+    Tolerance tol = examples::tolerance_for(e, r.outputs[i].dtype());
     CloseResult c = allclose(r.outputs[i], want[i], tol.rtol, tol.atol);
     correct = correct && c.close;
     max_err = std::max(max_err, c.max_abs_err);
