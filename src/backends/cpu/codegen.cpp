@@ -297,7 +297,7 @@ class Generator {
       case OpKind::TileSize: e = fmt::format("B_{}", axis(op.axis)); break;
       case OpKind::Cast: e = convert(in(0), k_.value(op.inputs[0]).dtype, r.dtype); break;
       case OpKind::Where: e = fmt::format("({} ? {} : {})", in(0), in_as(1, r.dtype), in_as(2, r.dtype)); break;
-      case OpKind::Unary: e = unary(op, in_as(0, op.unary == ir::UnaryFn::Not ? DType::boolean : r.dtype)); break;
+      case OpKind::Unary: e = unary(op, in_as(0, op.unary == ir::UnaryFn::Not ? DType::boolean : r.dtype), r.dtype); break;
       case OpKind::Binary: {
         DType t = promote(k_.value(op.inputs[0]).dtype, k_.value(op.inputs[1]).dtype);
         if (op.binary == ir::BinaryFn::Div && !is_floating(t)) t = DType::f32;
@@ -313,7 +313,7 @@ class Generator {
     return name;
   }
 
-  static std::string unary(const ir::Op& op, const std::string& x) {
+  static std::string unary(const ir::Op& op, const std::string& x, DType op_dtype) {
     switch (op.unary) {
       case ir::UnaryFn::Neg: return fmt::format("(-{})", x);
       case ir::UnaryFn::Not: return fmt::format("(!{})", x);
@@ -328,7 +328,8 @@ class Generator {
       case ir::UnaryFn::GeluTanh: return fmt::format("dt::gelu_tanh({})", x);
       case ir::UnaryFn::GeluErf: return fmt::format("dt::gelu_erf({})", x);
       case ir::UnaryFn::Erf: return fmt::format("dt::erf({})", x);
-      case ir::UnaryFn::Abs: return fmt::format("({0} < 0 ? -{0} : {0})", x);
+      case ir::UnaryFn::Abs:
+        return is_floating(op_dtype) ? fmt::format("dt::abs({})", x) : fmt::format("({0} < 0 ? -{0} : {0})", x);
     }
     return x;
   }

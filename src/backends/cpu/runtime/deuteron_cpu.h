@@ -15,11 +15,11 @@
 //
 // Accuracy against double-precision references, worst case over all 2^32 inputs (tests/
 // test_cpu_math.cpp checks a sweep): exp 1.02 ulp, exp2 0.9, log 1.02, sqrt 0.5 (exact),
-// rsqrt 1.5, tanh 1.5, sigmoid 2.9, erf 2.3, gelu_erf 6.5 (relative 6e-7); silu and gelu_tanh
-// a few ulp times the conditioning of x * sigmoid(v) (silu 2.9 ulp; gelu_tanh 1e-5 relative
-// near x = -9.5, where its result is 1e-36, 1e-6 at x = -3). Overflow gives inf, exp and
-// sigmoid underflow gradually to 0, the activations flush results below 1e-35 to 0 (see
-// kExpZeroBelow), NaN in gives NaN out, and silu / gelu_* (-inf) give their limit -0.
+// rsqrt 1.5, tanh 1.5, sigmoid 2.9, silu 3.7, erf 2.3, gelu_erf 6.2 (relative 4e-7); gelu_tanh
+// a few ulp times the conditioning of x * sigmoid(v) (1.3e-5 relative near x = -9.9, where
+// its result is 1e-36; 8e-7 for x >= -3). Overflow gives inf, exp and sigmoid underflow
+// gradually to 0, the activations flush results below 1e-35 to 0 (see kExpZeroBelow), NaN in
+// gives NaN out, and silu / gelu_* (-inf) give their limit -0.
 #pragma once
 
 #include <cstdint>
