@@ -42,5 +42,11 @@ check "bad JSON exits non-zero with a message" bash -c "test $code -ne 0 && grep
 err=$("$BIN" run softmax --shapes small --config '{"block_t0": 3}' 2>&1); code=$?
 check "illegal block size names the legal values" bash -c "test $code -ne 0 && grep -q 'legal values' <<<'$err'"
 
+# The pallas target (TPU interpret mode, needs the project's .venv: scripts/setup_python.sh).
+for k in add softmax; do
+  out=$("$BIN" run $k --target pallas --shapes small --json 2>&1)
+  check "$k on the pallas target is correct" has "$out" '"correct":true'
+done
+
 echo "$passed passed, $failed failed"
 test "$failed" -eq 0

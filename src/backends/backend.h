@@ -30,6 +30,13 @@ class Backend {
   virtual config::TargetLimits limits() const = 0;
   // Checks rules of this target that the plan must satisfy; throws ConfigError.
   virtual void check(const plan::Plan& p) const { (void)p; }
+  // Makes the space's heuristic default legal for this target (e.g. TPU block alignment).
+  virtual config::Config adjust_default(const config::ConfigSpace& space, const config::Config& c,
+                                        const ir::Kernel& k) const {
+    (void)space;
+    (void)k;
+    return c;
+  }
   virtual std::string emit(const plan::Plan& p) const = 0;
   virtual std::unique_ptr<Executable> compile(const plan::Plan& p) const = 0;
 };

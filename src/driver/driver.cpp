@@ -27,7 +27,7 @@ std::mutex& cache_mutex() {
 void fit_default(Specialized& s);
 
 void fit_default(Specialized& s) {
-  config::Config c = s.space.default_config();
+  config::Config c = s.backend->adjust_default(s.space, s.space.default_config(), s.ir);
   for (int attempt = 0; attempt < 64; ++attempt) {
     try {
       lower(s, c);
@@ -47,7 +47,10 @@ void fit_default(Specialized& s) {
       }
     }
     if (!biggest) return;  // nothing left to shrink: lower() will report why
+    config::Config before = c;
     c.set(biggest->name, biggest->values[pos - 1]);
+    c = s.backend->adjust_default(s.space, c, s.ir);
+    if (c == before) return;  // the target undoes the shrink: nothing fits
   }
 }
 

@@ -41,7 +41,8 @@ std::vector<int64_t> parse_shape(const std::string& text) {
 }
 
 // The shape to use: --shape, else --shapes small|bench (default bench).
-std::vector<int64_t> pick_shape(const examples::Entry& e, const std::string& shape, const std::string& shapes) {
+std::vector<int64_t> pick_shape(const examples::Entry& e, const std::string& shape, const std::string& shapes,
+                                const std::string& target) {
   if (!shape.empty()) {
     auto s = parse_shape(shape);
     if (s.size() != e.bench_shape.size())
@@ -49,7 +50,8 @@ std::vector<int64_t> pick_shape(const examples::Entry& e, const std::string& sha
                                       e.bench_shape.size(), fmt::join(e.shape_names, ", "), s.size()));
     return s;
   }
-  if (shapes == "small") return e.small_shape;
+  // Pallas runs under TPU interpret mode here, a simulator: bench shapes would take minutes.
+  if (shapes == "small" || (shapes.empty() && target == "pallas")) return e.small_shape;
   if (shapes == "bench" || shapes.empty()) return e.bench_shape;
   throw ArgumentError(fmt::format("--shapes must be small or bench, not '{}'", shapes));
 }
@@ -83,7 +85,7 @@ struct RunOptions {
 
 int cmd_run(const RunOptions& o) {
   const examples::Entry& e = examples::find(o.kernel);
-  std::vector<int64_t> shape = pick_shape(e, o.shape, o.shapes);
+  std::vector<int64_t> shape = pick_shape(e, o.shape, o.shapes, o.target);
   DType dt = pick_dtype(e, o.dtype);
   auto args = e.inputs(shape, dt, 1);
   int compiles_before = cpu::compiler_invocations();
@@ -105,7 +107,7 @@ int cmd_run(const RunOptions& o) {
   std::vector<double> ms;
   r.exe->run(r.bound.tensors, r.bound.scalars);
   auto start = clock::now();
-  int repeat = o.repeat > 0 ? o.repeat : 1000;
+  int repeat = o.repeat > 0 ? o.repeat : o.target == "pallas" ? 1 : 1000;
   for (int i = 0; i < repeat; ++i) {
     auto t0 = clock::now();
     r.exe->run(r.bound.tensors, r.bound.scalars);
@@ -144,7 +146,7 @@ int cmd_run(const RunOptions& o) {
 
 int cmd_emit(const RunOptions& o, bool ir, bool plan) {
   const examples::Entry& e = examples::find(o.kernel);
-  std::vector<int64_t> shape = pick_shape(e, o.shape, o.shapes);
+  std::vector<int64_t> shape = pick_shape(e, o.shape, o.shapes, o.target);
   DType dt = pick_dtype(e, o.dtype);
   auto args = e.inputs(shape, dt, 1);
   auto s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), o.target);

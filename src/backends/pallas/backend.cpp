@@ -1,0 +1,365 @@
+#include "backends/pallas/backend.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <system_error>
+
+#include "backends/pallas/codegen.h"
+#include "backends/pallas/npy.h"
+#include "deuteron/error.h"
+#include "runtime/disk_cache.h"
+
+extern char** environ;
+
+namespace deuteron::pallas {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct ProcessResult {
+  int exit_code = -1;  // -1 when killed by a signal
+  int signal = 0;
+  bool timed_out = false;
+  std::string out, err;
+};
+
+// Runs argv[0] (a path) with stdin from /dev/null in its own process group, capturing stdout
+// and stderr separately; on timeout kills the group.
+ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s) {
+  constexpr size_t kMaxOutput = 1 << 20;
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  int out_fds[2], err_fds[2];
+  if (pipe2(out_fds, O_CLOEXEC) != 0)
+    throw RuntimeError(fmt::format("pipe failed: {}", std::generic_category().message(errno)));
+  if (pipe2(err_fds, O_CLOEXEC) != 0) {
+    ::close(out_fds[0]);
+    ::close(out_fds[1]);
+    throw RuntimeError(fmt::format("pipe failed: {}", std::generic_category().message(errno)));
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, out_fds[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err_fds[1], 2);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = -1;
+  int err = posix_spawn(&pid, cargv[0], &fa, &attr, cargv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  ::close(out_fds[1]);
+  ::close(err_fds[1]);
+  if (err != 0) {
+    ::close(out_fds[0]);
+    ::close(err_fds[0]);
+    throw CompileError(fmt::format("cannot run {}: {}", argv[0], std::generic_category().message(err)), "",
+                       "run scripts/setup_python.sh to create the project's Python environment");
+  }
+  ProcessResult res;
+  const double deadline = now() + timeout_s;
+  pollfd fds[2] = {{out_fds[0], POLLIN, 0}, {err_fds[0], POLLIN, 0}};
+  std::string* sinks[2] = {&res.out, &res.err};
+  int open = 2;
+  char buf[8192];
+  while (open > 0) {
+    double left = deadline - now();
+    if (left <= 0) {
+      res.timed_out = true;
+      ::kill(-pid, SIGKILL);
+      break;
+    }
+    int r = ::poll(fds, 2, int(std::min(left * 1000.0, 1e9)) + 1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) continue;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open;
+        continue;
+      }
+      if (sinks[i]->size() < kMaxOutput) sinks[i]->append(buf, size_t(n));
+    }
+  }
+  for (auto& p : fds)
+    if (p.fd >= 0) ::close(p.fd);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) res.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) res.signal = WTERMSIG(status);
+  return res;
+}
+
+// A temporary directory removed with its contents when this goes out of scope.
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() / ("deuteron-pallas-" + unique_suffix());
+    std::error_code ec;
+    fs::create_directories(path_, ec);
+    if (ec) throw RuntimeError(fmt::format("cannot create {}: {}", path_.string(), ec.message()));
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+std::string json_number(double x, DType t) {
+  if (t == DType::i64 || t == DType::i32) return fmt::format("{}", int64_t(x));
+  if (std::isnan(x)) return "NaN";  // Python's json module reads these
+  if (std::isinf(x)) return x > 0 ? "Infinity" : "-Infinity";
+  return fmt::format("{}", x);
+}
+
+std::string shell_quote(const std::string& s) {
+  if (s.find_first_of(" '\"\\$`{}[]*?;&|<>()!#\n") == std::string::npos && !s.empty()) return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// The last `n` lines of text.
+std::string tail(const std::string& text, size_t n) {
+  std::string s = text;
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  size_t pos = s.size();
+  for (size_t i = 0; i < n && pos != std::string::npos && pos > 0; ++i) pos = s.rfind('\n', pos - 1);
+  return pos == std::string::npos || pos == 0 ? s : s.substr(pos + 1);
+}
+
+double timeout_seconds() {
+  if (const char* t = std::getenv("DEUTERON_PALLAS_TIMEOUT")) {
+    char* end = nullptr;
+    double v = std::strtod(t, &end);
+    if (end != t && v > 0) return v;
+  }
+  return 600;
+}
+
+class PallasExecutable : public backends::Executable {
+ public:
+  PallasExecutable(const plan::Plan& p, fs::path module, const TpuGeneration& chip)
+      : kernel_(p.kernel.name), module_(std::move(module)), chip_(chip.runner_chip) {
+    for (size_t i = 0; i < p.kernel.tensors.size(); ++i)
+      (p.kernel.tensors[i].role == ir::HostRole::Input ? inputs_ : outputs_).push_back(i);
+    for (const ir::ScalarParam& s : p.kernel.scalars) scalars_.push_back(s);
+    // The module's run() takes scalars by their Python names.
+    for (const ir::ScalarParam& s : p.kernel.scalars) scalar_names_.push_back(python_name(s.name));
+    source_path = module_.string();
+  }
+
+  void run(const std::vector<Tensor>& tensors, const std::vector<double>& scalars) override {
+    if (std::string problem = environment_problem(); !problem.empty())
+      throw CompileError(problem, "", "run scripts/setup_python.sh (it installs jax and jaxlib into .venv)");
+    TempDir dir;
+    std::vector<std::string> argv = {python_path().string(), runner_path().string(), module_.string(),
+                                     "--inputs"};
+    std::vector<std::string> dtypes;
+    bool any_bf16 = false;
+    for (size_t i : inputs_) {
+      fs::path f = dir.path() / fmt::format("in{}.npy", i);
+      write_npy(f, tensors.at(i));
+      argv.push_back(f.string());
+      any_bf16 |= tensors[i].dtype() == DType::bf16;
+      dtypes.push_back(tensors[i].dtype() == DType::bf16 ? "bfloat16" : "-");
+    }
+    argv.push_back("--outputs");
+    std::vector<fs::path> outs;
+    for (size_t i : outputs_) {
+      outs.push_back(dir.path() / fmt::format("out{}.npy", i));
+      argv.push_back(outs.back().string());
+    }
+    if (any_bf16) {
+      argv.push_back("--dtypes");
+      argv.push_back(fmt::format("{}", fmt::join(dtypes, ",")));
+    }
+    if (!scalars_.empty()) {
+      std::vector<std::string> kv;
+      for (size_t i = 0; i < scalars_.size(); ++i)
+        kv.push_back(
+            fmt::format("\"{}\": {}", scalar_names_[i], json_number(scalars.at(i), scalars_[i].dtype)));
+      argv.push_back("--scalars");
+      argv.push_back(fmt::format("{{{}}}", fmt::join(kv, ", ")));
+    }
+    argv.push_back("--chip");
+    argv.push_back(chip_);
+
+    ProcessResult r = run_process(argv, timeout_seconds());
+    std::vector<std::string> quoted;
+    for (const auto& a : argv) quoted.push_back(shell_quote(a));
+    std::string command = fmt::format("{}", fmt::join(quoted, " "));
+    if (r.timed_out)
+      throw RuntimeError(fmt::format("the pallas runner for kernel '{}' timed out after {:.0f} s", kernel_,
+                                     timeout_seconds()),
+                         module_.string(), "raise DEUTERON_PALLAS_TIMEOUT (seconds) or use a smaller grid");
+    if (r.exit_code != 0) {
+      // The runner's one-line summary, else the last line it printed.
+      std::string summary;
+      const std::string marker = "deuteron_pallas_runner: error: ";
+      if (size_t at = r.err.rfind(marker); at != std::string::npos) {
+        summary = r.err.substr(at + marker.size());
+        summary = summary.substr(0, summary.find('\n'));
+      } else {
+        summary = r.signal ? fmt::format("killed by signal {}", r.signal) : tail(r.err, 1);
+      }
+      std::string message = fmt::format("the pallas runner failed for kernel '{}': {}", kernel_, summary);
+      std::string hint =
+          fmt::format("runner output (last lines):\n{}\n  rerun by hand: {}", tail(r.err, 12), command);
+      // Failures inside the simulated TPU (out-of-bounds reads, races) are run-time errors;
+      // anything before (import, tracing, lowering the module) is the target's compile step.
+      bool at_run_time = summary.find("JaxRuntimeError") != std::string::npos ||
+                         summary.find("XlaRuntimeError") != std::string::npos ||
+                         summary.find("race") != std::string::npos || r.signal != 0;
+      if (at_run_time) throw RuntimeError(message, module_.string(), hint);
+      throw CompileError(message, module_.string(), hint);
+    }
+    for (size_t j = 0; j < outputs_.size(); ++j) {
+      size_t i = outputs_[j];
+      copy_npy_into(read_npy(outs[j]), tensors.at(i),
+                    fmt::format("output {} of the pallas runner ({})", j, outs[j].filename().string()));
+    }
+  }
+
+ private:
+  std::string kernel_;
+  fs::path module_;
+  std::string chip_;
+  std::vector<size_t> inputs_, outputs_;
+  std::vector<ir::ScalarParam> scalars_;
+  std::vector<std::string> scalar_names_;
+};
+
+std::string file_stem(const std::string& name) {
+  std::string s;
+  for (char c : name.substr(0, 64)) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
+  return s.empty() ? "kernel" : s;
+}
+
+}  // namespace
+
+fs::path venv_dir() {
+  if (const char* v = std::getenv("DEUTERON_VENV"); v && *v) return v;
+  return fs::path(DEUTERON_SOURCE_DIR) / ".venv";
+}
+
+fs::path python_path() { return venv_dir() / "bin" / "python"; }
+
+fs::path runner_path() { return fs::path(DEUTERON_SOURCE_DIR) / "python" / "deuteron_pallas_runner.py"; }
+
+std::string environment_problem() {
+  if (::access(python_path().c_str(), X_OK) != 0)
+    return fmt::format(
+        "the pallas target needs the project's Python environment (jax and jaxlib, run in TPU "
+        "interpret mode), but {} does not exist; run scripts/setup_python.sh{}",
+        python_path().string(), std::getenv("DEUTERON_VENV") ? " (or fix $DEUTERON_VENV)" : "");
+  if (::access(runner_path().c_str(), R_OK) != 0)
+    return fmt::format("the pallas runner {} is missing from the source tree", runner_path().string());
+  return "";
+}
+
+const TpuGeneration& PallasBackend::generation() const {
+  return generation_.empty() ? default_tpu_generation() : tpu_generation(generation_);
+}
+
+config::TargetLimits PallasBackend::limits() const {
+  const TpuGeneration& g = generation();
+  config::TargetLimits l;
+  l.cores = g.cores_per_device;
+  l.fast_memory_bytes = g.scoped_vmem_bytes;
+  return l;
+}
+
+void PallasBackend::check(const plan::Plan& p) const { pallas::check(p, generation()); }
+
+config::Config PallasBackend::adjust_default(const config::ConfigSpace& space, const config::Config& c,
+                                             const ir::Kernel& k) const {
+  const TpuGeneration& g = generation();
+  config::Config out = c;
+  // Raises tunable `name` to the smallest listed value >= need (the largest if none is).
+  auto raise = [&](const std::string& name, int64_t need) {
+    for (const config::Tunable& t : space.tunables()) {
+      if (t.name != name || !out.has(name) || out.integer(name) >= need) continue;
+      config::Json pick = t.values.back();
+      for (auto it = t.values.rbegin(); it != t.values.rend(); ++it)
+        if (it->is_number_integer() && it->get<int64_t>() >= need) pick = *it;
+      out.set(name, pick);
+    }
+  };
+  for (const ir::BlockParam& bp : k.block_params)
+    if (bp.reduction && !bp.fixed) raise(bp.name, bp.max);
+  const ir::Loop& grid = k.grid_loop();
+  for (const ir::Stmt& s : grid.body) {
+    if (s.kind != ir::Stmt::Kind::Op) continue;
+    const ir::Op& op = k.ops[size_t(s.id)];
+    if (op.kind != ir::OpKind::Load && op.kind != ir::OpKind::Store) continue;
+    size_t rank = op.index.size();
+    for (size_t back = 0; back < std::min<size_t>(rank, 2); ++back) {
+      const ir::Index& e = op.index[rank - 1 - back];
+      if (e.kind != ir::Index::Kind::Axis) continue;
+      const ir::Axis& ax = k.axes[size_t(e.axis)];
+      if (ax.kind != ir::AxisKind::Tile || ax.scalar || ax.block_param < 0) continue;
+      const ir::BlockParam& bp = k.block_params[size_t(ax.block_param)];
+      if (bp.fixed) continue;
+      int64_t begin = 0;
+      for (size_t i = 0; i < grid.axes.size(); ++i)
+        if (grid.axes[i] == e.axis) begin = grid.begin[i].constant;
+      int64_t span = std::max<int64_t>(ax.extent - begin, 1), cover = 1;
+      while (cover < span) cover <<= 1;
+      raise(bp.name, std::min<int64_t>(back == 0 ? g.lanes : g.sublanes, cover));
+    }
+  }
+  return out;
+}
+
+std::string PallasBackend::emit(const plan::Plan& p) const { return generate(p, generation()); }
+
+std::unique_ptr<backends::Executable> PallasBackend::compile(const plan::Plan& p) const {
+  std::string source = generate(p, generation());
+  if (std::string problem = environment_problem(); !problem.empty())
+    throw CompileError(problem, "", "run scripts/setup_python.sh (it installs jax and jaxlib into .venv)");
+  fs::path path = cache_root() / "pallas" /
+                  fmt::format("{}-{}.py", file_stem(p.kernel.name), hash_hex(source).substr(0, 16));
+  bool fresh = !read_file(path).has_value();
+  if (fresh) atomic_write(path, source);
+  auto exe = std::make_unique<PallasExecutable>(p, path, generation());
+  exe->compiled = fresh;
+  return exe;
+}
+
+}  // namespace deuteron::pallas

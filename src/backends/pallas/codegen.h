@@ -1,0 +1,47 @@
+// Plan -> a self-contained JAX/Pallas Python module: one pl.pallas_call with the plan's grid,
+// one pl.BlockSpec per operand, and the grid loop's body as jnp operations on blocks.
+//
+// The module defines `run(*inputs, **scalars, interpret=None)` (the convention of
+// python/deuteron_pallas_runner.py): inputs are the kernel's tensor inputs in IR order,
+// scalars its scalar arguments by name; it returns the outputs (one array, or a tuple).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/pallas/hardware.h"
+#include "plan/plan.h"
+
+namespace deuteron::pallas {
+
+// VMEM a plan needs on the chip, in bytes (tile-padded, see padded_vmem_bytes).
+struct Footprint {
+  int64_t operands = 0;     // pipeline buffers of the blocked operands (2 each, or 1)
+  int64_t temporaries = 0;  // peak of the block values the kernel body keeps live at once
+  int64_t total() const { return operands + temporaries; }
+  // With the compiler's headroom (kVmemHeadroom): what must fit the scoped limit.
+  int64_t needed() const;
+};
+
+// Checks what the config decides: the TPU block-shape rule for every operand and the VMEM
+// footprint against the default scoped limit (ConfigError naming the operand or the sizes, and
+// the fix). Constructs the target cannot express (inner tile loops, gathers, ...) are not
+// checked here, since no config fixes them: generate() throws CompileError for them.
+void check(const plan::Plan& p, const TpuGeneration& chip);
+
+// The footprint of an expressible plan (throws CompileError like check otherwise).
+Footprint vmem_footprint(const plan::Plan& p, const TpuGeneration& chip);
+
+// The Python module. Stable: the same plan and chip give byte-identical text. Throws
+// CompileError for constructs the target does not support (it does not re-check the rules).
+std::string generate(const plan::Plan& p, const TpuGeneration& chip);
+
+// The name given to pallas_call: "deuteron_<kernel>".
+std::string entry_name(const plan::Plan& p);
+
+// The Python identifier the module uses for an IR name (tensors, scalars, axes): other
+// characters become '_', a leading digit or a reserved word gets an underscore.
+std::string python_name(const std::string& name);
+
+}  // namespace deuteron::pallas

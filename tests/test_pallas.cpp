@@ -1,0 +1,444 @@
+// The pallas target: add and softmax generated from the same lowered plan as the cpu target,
+// run by python/deuteron_pallas_runner.py under JAX's TPU interpret mode, against the
+// catalogue's references at ragged shapes; and the target's checks and errors.
+//
+// The runs need the project's Python environment (scripts/setup_python.sh). Without it they
+// FAIL, never skip: CI installs it.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+
+#include "backends/pallas/backend.h"
+#include "backends/pallas/codegen.h"
+#include "backends/pallas/npy.h"
+#include "catalogue.h"
+#include "driver/driver.h"
+#include "runtime/disk_cache.h"
+
+namespace hl = deuteron::hl;
+
+namespace deuteron {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Sets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// A config for `s` with the wanted block sizes, each clamped to the values its space allows
+// (the largest one not above the wish, else the smallest): at [1, 1] every block is 1.
+config::Config fit(const driver::Specialized& s, const std::map<std::string, int64_t>& want) {
+  config::Config c;
+  for (const config::Tunable& t : s.space.tunables()) {
+    auto it = want.find(t.name);
+    if (it == want.end()) continue;
+    config::Json best = t.values.front();
+    for (const config::Json& v : t.values)
+      if (v.is_number_integer() && v.get<int64_t>() <= it->second) best = v;
+    c.set(t.name, best);
+  }
+  return c;
+}
+
+driver::Specialized specialize(const KernelBase& k, const std::vector<Arg>& args) {
+  return driver::specialize(k, frontend::describe_args(k, args), "pallas");
+}
+
+void expect_matches(const std::vector<Tensor>& want, const Outputs& got, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(got[i].sizes(), want[i].sizes()) << what;
+    ASSERT_EQ(got[i].dtype(), want[i].dtype()) << what;
+    Tolerance tol = default_tolerance(got[i].dtype());
+    CloseResult r = allclose(got[i], want[i], tol.rtol, tol.atol);
+    EXPECT_TRUE(r.close) << what << ": output " << i << " max abs error " << r.max_abs_err
+                         << " at flat index " << r.worst_index << ", " << r.num_bad << " elements off";
+  }
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// ---- runs against the references ------------------------------------------------------------
+
+struct Case {
+  std::string kernel;
+  DType dtype;
+  std::vector<int64_t> shape;
+};
+
+std::string case_name(const testing::TestParamInfo<Case>& info) {
+  return fmt::format("{}_{}_{}", info.param.kernel, dtype_name(info.param.dtype),
+                     fmt::join(info.param.shape, "x"));
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (std::string k : {"add", "softmax"})
+    for (DType dt : {DType::f32, DType::bf16})
+      for (std::vector<int64_t> shape : {std::vector<int64_t>{130, 300}, {17, 1000}, {1, 1}})
+        out.push_back({k, dt, shape});
+  return out;
+}
+
+// Legal TPU blocks (multiples of 8 x 128, or the whole dim), grids of at most 27 steps: the
+// interpreter costs about 20 ms a step.
+const std::map<std::string, std::map<std::string, int64_t>> kBlocks = {
+    {"add", {{"block_t0", 16}, {"block_t1", 128}}},
+    {"softmax", {{"block_t0", 8}}},  // the whole row in one block (reduce_r0 persistent by default)
+};
+
+class PallasRun : public testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    std::string problem = pallas::environment_problem();
+    ASSERT_TRUE(problem.empty()) << problem;
+  }
+};
+
+TEST_P(PallasRun, MatchesReference) {
+  const Case& c = GetParam();
+  const examples::Entry& e = examples::find(c.kernel);
+  std::vector<Arg> args = e.inputs(c.shape, c.dtype, 5);
+  driver::Specialized s = specialize(*e.kernel, args);
+  config::Config cfg = fit(s, kBlocks.at(c.kernel));
+  driver::RunResult r = driver::run(*e.kernel, args, "pallas", cfg);
+  EXPECT_EQ(r.origin, "given");
+  expect_matches(e.reference(args), r.outputs, "config " + r.config.dump());
+  ASSERT_TRUE(r.exe);
+  auto module = read_file(r.exe->source_path);
+  ASSERT_TRUE(module.has_value()) << r.exe->source_path;
+  EXPECT_TRUE(contains(*module, "pl.pallas_call(")) << *module;
+}
+
+INSTANTIATE_TEST_SUITE_P(Catalogue, PallasRun, testing::ValuesIn(cases()), case_name);
+
+class PallasTarget : public testing::Test {
+ protected:
+  static void require_python() {
+    std::string problem = pallas::environment_problem();
+    ASSERT_TRUE(problem.empty()) << problem;
+  }
+};
+
+// The grid order is a config choice: the index maps follow it.
+TEST_F(PallasTarget, AddWithSwappedGridOrder) {
+  require_python();
+  if (HasFatalFailure()) return;
+  const examples::Entry& e = examples::find("add");
+  std::vector<Arg> args = e.inputs({130, 300}, DType::f32, 9);
+  driver::Specialized s = specialize(*e.kernel, args);
+  config::Config cfg = fit(s, kBlocks.at("add"));
+  cfg.set("grid_order", config::Json::array({1, 0}));
+  std::string module = s.backend->emit(driver::lower(s, cfg));
+  EXPECT_TRUE(contains(module, "grid=(3, 9),")) << module;
+  EXPECT_TRUE(contains(module, "lambda t1, t0: (t0, t1)")) << module;
+  driver::RunResult r = driver::run(*e.kernel, args, "pallas", cfg);
+  expect_matches(e.reference(args), r.outputs, "config " + r.config.dump());
+}
+
+// A reduction over a tiled axis whose last block is partial must mask the out-of-range
+// elements (NaN in interpret mode): each element minus the max of its row within its block.
+const auto block_max = deuteron::kernel("block_max", [](hl::Tensor x) {
+  auto out = hl::empty_like(x);
+  for (auto t : hl::tile(out.sizes())) {
+    auto v = x[t];
+    out[t] = v - v.amax(1, true);
+  }
+  return out;
+});
+
+TEST_F(PallasTarget, MasksReductionsOverPartialBlocks) {
+  require_python();
+  if (HasFatalFailure()) return;
+  const int64_t m = 20, n = 300, bn = 128;
+  Tensor x = Tensor::rand({m, n}, DType::f32, 3, -4.0, 4.0);
+  std::vector<Arg> args = {x};
+  driver::Specialized s = specialize(block_max, args);
+  config::Config cfg = fit(s, {{"block_t0", 8}, {"block_t1", bn}});
+  std::string module = s.backend->emit(driver::lower(s, cfg));
+  EXPECT_TRUE(contains(module, "valid_t1 = ")) << module;
+  driver::RunResult r = driver::run(block_max, args, "pallas", cfg);
+  std::vector<double> want(size_t(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j0 = 0; j0 < n; j0 += bn) {
+      double mx = -INFINITY;
+      for (int64_t j = j0; j < std::min(n, j0 + bn); ++j) mx = std::max(mx, x.get(i * n + j));
+      for (int64_t j = j0; j < std::min(n, j0 + bn); ++j) want[size_t(i * n + j)] = x.get(i * n + j) - mx;
+    }
+  Tensor expected = Tensor::empty({m, n}, DType::f32);
+  for (int64_t i = 0; i < m * n; ++i) expected.set(i, want[size_t(i)]);
+  expect_matches({expected}, r.outputs, "config " + r.config.dump());
+}
+
+// ---- the generated module --------------------------------------------------------------------
+
+TEST_F(PallasTarget, EmitsOneBlockSpecPerOperandFromThePlan) {
+  const examples::Entry& e = examples::find("add");
+  std::vector<Arg> args = e.inputs({130, 300}, DType::f32, 1);
+  driver::Specialized s = specialize(*e.kernel, args);
+  config::Config cfg = fit(s, kBlocks.at("add"));
+  plan::Plan p = driver::lower(s, cfg);
+  std::string module = s.backend->emit(p);
+  EXPECT_TRUE(contains(module, "# Kernel 'add', generated by Deuteron for the pallas target.")) << module;
+  EXPECT_TRUE(contains(module, "# config: " + p.config.dump())) << module;
+  EXPECT_TRUE(contains(module, "BLOCK_T0 = 16")) << module;
+  EXPECT_TRUE(contains(module, "BLOCK_T1 = 128")) << module;
+  EXPECT_TRUE(contains(module, "def add_kernel(arg0_ref, arg1_ref, out0_ref):")) << module;
+  EXPECT_TRUE(contains(module, "grid=(9, 3),")) << module;
+  EXPECT_TRUE(contains(module, "pl.BlockSpec((BLOCK_T0, BLOCK_T1), lambda t0, t1: (t0, t1)),  # arg0"))
+      << module;
+  EXPECT_TRUE(contains(module, "pl.BlockSpec((BLOCK_T0, BLOCK_T1), lambda t0, t1: (t0, t1)),  # arg1"))
+      << module;
+  EXPECT_TRUE(contains(module, "out_specs=pl.BlockSpec((BLOCK_T0, BLOCK_T1), lambda t0, t1: (t0, t1)),"))
+      << module;
+  EXPECT_TRUE(contains(module, "out0_ref[...] = v2.astype(out0_ref.dtype)")) << module;
+  EXPECT_TRUE(contains(module, "name=\"deuteron_add\"")) << module;
+  // Stable: a second lowering gives byte-identical text.
+  driver::Specialized s2 = specialize(*e.kernel, args);
+  EXPECT_EQ(s2.backend->emit(driver::lower(s2, cfg)), module);
+}
+
+TEST_F(PallasTarget, SoftmaxReadsWholeRows) {
+  const examples::Entry& e = examples::find("softmax");
+  std::vector<Arg> args = e.inputs({130, 300}, DType::bf16, 1);
+  driver::Specialized s = specialize(*e.kernel, args);
+  std::string module = s.backend->emit(driver::lower(s, fit(s, kBlocks.at("softmax"))));
+  EXPECT_TRUE(contains(module, "BLOCK_R0 = 300")) << module;
+  EXPECT_TRUE(contains(module, "pl.BlockSpec((BLOCK_T0, BLOCK_R0), lambda t0: (t0, 0)),  # arg0")) << module;
+  EXPECT_TRUE(contains(module, "arg0_ref[...].astype(jnp.float32)")) << module;  // bf16 computed in f32
+  EXPECT_TRUE(contains(module, "jnp.max(v0, axis=1, keepdims=True)")) << module;
+  EXPECT_TRUE(contains(module, "jnp.sum(")) << module;
+  EXPECT_FALSE(contains(module, "valid_")) << module;  // the row is whole: nothing to mask
+  EXPECT_TRUE(contains(module, "jnp.bfloat16")) << module;
+}
+
+// A block that covers a whole dim is legal whatever its size: blocks at least as large as a
+// dim become that dim.
+TEST_F(PallasTarget, BlocksCoveringADimBecomeTheDim) {
+  const examples::Entry& e = examples::find("add");
+  std::vector<Arg> args = e.inputs({17, 100}, DType::f32, 1);
+  driver::Specialized s = specialize(*e.kernel, args);
+  plan::Plan p = driver::lower(s, fit(s, {{"block_t0", 32}, {"block_t1", 128}}));
+  std::string module = s.backend->emit(p);
+  EXPECT_TRUE(contains(module, "BLOCK_T0 = 17")) << module;
+  EXPECT_TRUE(contains(module, "BLOCK_T1 = 100")) << module;
+  EXPECT_TRUE(contains(module, "grid=(1, 1),")) << module;
+}
+
+// ---- checks and errors -------------------------------------------------------------------------
+
+TEST_F(PallasTarget, RejectsBlocksBreakingTheTpuRule) {
+  const examples::Entry& e = examples::find("add");
+  std::vector<Arg> args = e.inputs({130, 300}, DType::f32, 1);
+  driver::Specialized s = specialize(*e.kernel, args);
+  try {
+    driver::lower(s, fit(s, {{"block_t0", 4}, {"block_t1", 128}}));
+    FAIL() << "block_t0 = 4 was accepted";
+  } catch (const ConfigError& err) {
+    EXPECT_TRUE(contains(err.message(), "input arg0")) << err.what();
+    EXPECT_TRUE(contains(err.message(), "block_t0 = 4")) << err.what();
+    EXPECT_TRUE(contains(err.message(), "multiple of 8")) << err.what();
+    EXPECT_TRUE(contains(err.hint(), "\"block_t0\": 8")) << err.what();
+  }
+  try {
+    driver::lower(s, fit(s, {{"block_t0", 8}, {"block_t1", 64}}));
+    FAIL() << "block_t1 = 64 was accepted";
+  } catch (const ConfigError& err) {
+    EXPECT_TRUE(contains(err.message(), "multiple of 128")) << err.what();
+    EXPECT_TRUE(contains(err.hint(), "\"block_t1\": 128")) << err.what();
+  }
+}
+
+TEST_F(PallasTarget, RejectsLoopedReductions) {
+  const examples::Entry& e = examples::find("softmax");
+  std::vector<Arg> args = e.inputs({130, 300}, DType::f32, 1);
+  driver::Specialized s = specialize(*e.kernel, args);
+  try {
+    driver::lower(s, fit(s, {{"block_t0", 8}, {"reduce_r0", 128}}));
+    FAIL() << "a looped reduction was accepted";
+  } catch (const ConfigError& err) {
+    EXPECT_TRUE(contains(err.message(), "reduce_r0 = 128")) << err.what();
+    EXPECT_TRUE(contains(err.hint(), "reduce_r0")) << err.what();
+  }
+}
+
+TEST_F(PallasTarget, RejectsPlansThatDoNotFitVmem) {
+  const examples::Entry& e = examples::find("softmax");
+  std::vector<Arg> args = {Tensor::zeros({64, 16384}, DType::f32)};
+  driver::Specialized s = specialize(*e.kernel, args);
+  try {
+    driver::lower(s, fit(s, {{"block_t0", 64}}));
+    FAIL() << "a 4 MiB block with its buffers and temporaries was accepted";
+  } catch (const ConfigError& err) {
+    EXPECT_TRUE(contains(err.message(), "VMEM")) << err.what();
+    EXPECT_TRUE(contains(err.message(), "16.0 MiB")) << err.what();
+    EXPECT_TRUE(contains(err.hint(), "block_t0")) << err.what();
+  }
+  // Smaller blocks fit.
+  EXPECT_NO_THROW(driver::lower(s, fit(s, {{"block_t0", 8}})));
+}
+
+TEST_F(PallasTarget, RejectsInnerTileLoopsByName) {
+  const examples::Entry& e = examples::find("softmax_two_pass");
+  std::vector<Arg> args = e.inputs({130, 300}, DType::f32, 1);
+  driver::Specialized s = specialize(*e.kernel, args);
+  // No config fixes it, so lowering (the config checks) passes; emitting and running fail.
+  plan::Plan p = driver::lower(s, fit(s, {{"block_t0", 8}, {"block_t1", 128}, {"block_t2", 128}}));
+  try {
+    s.backend->emit(p);
+    FAIL() << "an inner tile loop was accepted";
+  } catch (const CompileError& err) {
+    EXPECT_TRUE(contains(err.message(), "does not support inner tile loops yet")) << err.what();
+    EXPECT_TRUE(contains(err.message(), "softmax_two_pass")) << err.what();
+    EXPECT_FALSE(err.where().empty()) << err.what();
+  }
+  EXPECT_THROW(driver::run(*e.kernel, args, "pallas"), CompileError);
+}
+
+// The space's heuristic default is CPU-minded (e.g. 4-row blocks); the target's adjust_default
+// (called by the driver) raises the blocks that break the TPU rule.
+TEST_F(PallasTarget, AdjustedDefaultConfigsAreLegal) {
+  const auto& pallas = dynamic_cast<const pallas::PallasBackend&>(backends::get("pallas"));
+  int illegal_defaults = 0;
+  struct Shape {
+    std::string kernel;
+    std::vector<int64_t> shape;
+  };
+  for (const Shape& c : std::vector<Shape>{{"add", {4, 1000}},
+                                           {"add", {1, 300}},
+                                           {"add", {130, 300}},
+                                           {"softmax", {8192, 2560}},
+                                           {"softmax", {3, 70}}}) {
+    const examples::Entry& e = examples::find(c.kernel);
+    std::vector<Arg> args = {Tensor::zeros(c.shape, DType::f32)};
+    if (c.kernel == "add") args.push_back(Tensor::zeros(c.shape, DType::f32));
+    driver::Specialized s = specialize(*e.kernel, args);
+    // The space's own heuristic, before the driver let the target adjust it.
+    config::Config heuristic = config::ConfigSpace::derive(s.ir, pallas.limits()).default_config();
+    config::Config adjusted = pallas.adjust_default(s.space, heuristic, s.ir);
+    std::string what = fmt::format("{} [{}]: default {} adjusted to {}", c.kernel, fmt::join(c.shape, ", "),
+                                   heuristic.dump(), adjusted.dump());
+    EXPECT_EQ(s.space.default_config(), adjusted) << "the driver uses the adjusted default: " << what;
+    try {
+      driver::lower(s, heuristic);
+    } catch (const ConfigError&) {
+      ++illegal_defaults;
+    }
+    EXPECT_NO_THROW(driver::lower(s, adjusted)) << what;
+    // Legal blocks are left alone.
+    EXPECT_EQ(pallas.adjust_default(s.space, adjusted, s.ir), adjusted) << what;
+  }
+  EXPECT_GT(illegal_defaults, 0) << "no default broke the TPU rule: the cases no longer test the adjustment";
+}
+
+TEST_F(PallasTarget, LimitsComeFromTheTpuTable) {
+  const backends::Backend& b = backends::get("pallas");
+  {
+    ScopedEnv env("DEUTERON_TPU_GENERATION", "v5e");
+    EXPECT_EQ(b.limits().cores, 1);
+    EXPECT_EQ(b.limits().fast_memory_bytes, int64_t(16) << 20);
+  }
+  {
+    ScopedEnv env("DEUTERON_TPU_GENERATION", "v6e");
+    EXPECT_EQ(b.limits().fast_memory_bytes, int64_t(32) << 20);
+  }
+  EXPECT_EQ(pallas::tpu_generation("7x").name, "v7x");
+  EXPECT_THROW(pallas::tpu_generation("v9z"), ArgumentError);
+  pallas::TpuGeneration v5e = pallas::tpu_generation("v5e");
+  EXPECT_EQ(pallas::padded_vmem_bytes(v5e, {8, 300}, DType::f32), 8 * 384 * 4);
+  EXPECT_EQ(pallas::padded_vmem_bytes(v5e, {8, 300}, DType::bf16), 16 * 384 * 2);
+}
+
+TEST_F(PallasTarget, MissingVenvIsACompileErrorNamingTheSetupScript) {
+  const examples::Entry& e = examples::find("add");
+  std::vector<Arg> args = e.inputs({16, 128}, DType::f32, 1);
+  driver::Specialized s = specialize(*e.kernel, args);
+  plan::Plan p = driver::lower(s, fit(s, kBlocks.at("add")));
+  ScopedEnv env("DEUTERON_VENV", "/nonexistent/deuteron-venv");
+  try {
+    s.backend->compile(p);
+    FAIL() << "compiled without a Python environment";
+  } catch (const CompileError& err) {
+    EXPECT_TRUE(contains(err.what(), "scripts/setup_python.sh")) << err.what();
+    EXPECT_TRUE(contains(err.what(), "/nonexistent/deuteron-venv")) << err.what();
+  }
+}
+
+// The runner's one-line error becomes the exception's message; failures inside the simulated
+// TPU are RuntimeErrors, failures before it (import, tracing) CompileErrors.
+TEST_F(PallasTarget, RunnerFailuresCarryItsMessage) {
+  const examples::Entry& e = examples::find("add");
+  std::vector<Arg> args = e.inputs({16, 128}, DType::f32, 1);
+  driver::Specialized s = specialize(*e.kernel, args);
+  plan::Plan p = driver::lower(s, fit(s, kBlocks.at("add")));
+  fs::path venv = fs::temp_directory_path() / ("deuteron-fake-venv-" + unique_suffix());
+  fs::create_directories(venv / "bin");
+  auto fake = [&](const std::string& error) {
+    std::ofstream f(venv / "bin" / "python", std::ios::trunc);
+    f << "#!/bin/sh\necho 'Traceback (most recent call last):' >&2\n"
+      << "echo 'deuteron_pallas_runner: error: " << error << "' >&2\nexit 2\n";
+    f.close();
+    fs::permissions(venv / "bin" / "python", fs::perms::owner_all);
+  };
+  ScopedEnv env("DEUTERON_VENV", venv.string());
+  driver::Bound bound = driver::bind_args(s, args);
+  fake("JaxRuntimeError: INTERNAL: out-of-bounds read of arg0");
+  try {
+    s.backend->compile(p)->run(bound.tensors, bound.scalars);
+    FAIL() << "the fake runner's failure was ignored";
+  } catch (const RuntimeError& err) {
+    EXPECT_TRUE(contains(err.message(), "out-of-bounds read of arg0")) << err.what();
+    EXPECT_TRUE(contains(err.hint(), "rerun by hand")) << err.what();
+  }
+  fake("SyntaxError: invalid syntax");
+  EXPECT_THROW(s.backend->compile(p)->run(bound.tensors, bound.scalars), CompileError);
+  fs::remove_all(venv);
+}
+
+TEST(PallasNpy, RoundTripsEveryDtype) {
+  fs::path dir = fs::temp_directory_path() / ("deuteron-npy-" + unique_suffix());
+  fs::create_directories(dir);
+  for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::i32, DType::boolean}) {
+    Tensor t = Tensor::rand({3, 5}, dt, 2, 0.0, 4.0);
+    pallas::write_npy(dir / "t.npy", t);
+    pallas::NpyArray a = pallas::read_npy(dir / "t.npy");
+    EXPECT_EQ(a.descr, pallas::npy_descr(dt));
+    EXPECT_EQ(a.shape, (std::vector<int64_t>{3, 5}));
+    Tensor back = Tensor::empty({3, 5}, dt);
+    pallas::copy_npy_into(a, back, "t.npy");
+    for (int64_t i = 0; i < t.numel(); ++i) EXPECT_EQ(back.get(i), t.get(i)) << dtype_name(dt) << " at " << i;
+    EXPECT_EQ((fs::file_size(dir / "t.npy") - size_t(t.nbytes())) % 64, 0u);  // header padded to 64 bytes
+  }
+  EXPECT_THROW(
+      pallas::copy_npy_into(pallas::read_npy(dir / "t.npy"), Tensor::empty({5, 3}, DType::boolean), "t"),
+      RuntimeError);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace deuteron
