@@ -190,7 +190,11 @@ ConfigSpace ConfigSpace::derive(const ir::Kernel& k, const TargetLimits& limits)
   threads.help = "threads running the grid in parallel";
   for (int c = 1; c <= std::max(limits.cores, 1); ++c) threads.values.push_back(c);
   // Small problems run on one thread: waking a team costs more than they take.
-  int64_t work = row;
+  int64_t per_block = row;  // elements one grid point touches: whole dims or inner loops
+  for (const ir::Loop& l : k.loops)
+    if (!l.grid)
+      for (int a : l.axes) per_block = std::max(per_block, k.axes[size_t(a)].extent);
+  int64_t work = per_block;
   for (int a : grid.axes) work *= std::max<int64_t>(k.axes[size_t(a)].extent, 1);
   d[threads.name] = work < (int64_t(1) << 17) ? 1 : std::max(limits.cores, 1);
   s.tunables_.push_back(threads);
