@@ -1,0 +1,923 @@
+#!/usr/bin/env python3
+"""Deuteron's catalogue against PyTorch eager, torch.compile (Inductor CPU) and jax.jit (XLA CPU).
+
+    .venv/bin/python bench/run_bench.py [--kernels a,b,c] [--shapes small|bench] [--repeat N]
+                                        [--rounds K] [--threads T] [--json] [--out results/]
+
+For every catalogue kernel (`deuteron list --json`) at its CPU bench shape, in float32:
+  * Deuteron: `deuteron tune KERNEL --shape S --time-budget B` first (instant when its cache has
+    the config; reported separately; a failed tune leaves Deuteron on its default config), then
+    `deuteron run KERNEL --shape S --dtype float32 --json --repeat N` in a subprocess per round;
+    rounds after the first pass the first run's config with --config, so nothing is re-tuned.
+    Its median_ms is in-process kernel time on preallocated outputs.
+  * PyTorch eager, torch.compile of the same function, jax.jit of the same function, and for
+    attention torch's scaled_dot_product_attention, timed in this process (synchronous calls).
+Fairness:
+  * Inputs are bit-identical to Deuteron's: bench/deuteron_rand.py ports Tensor::rand (checked
+    by bench/check_rand.sh) and bench/kernels.py repeats each catalogue entry's input recipe
+    (seed 1, same ranges, same argument order).
+  * Same thread count T (default 2) everywhere: OMP_NUM_THREADS=T for Deuteron (its configs
+    carry num_threads, which the tuner may set lower), torch.set_num_threads(T), and for XLA the
+    CPU affinity mask (XLA's intra-op pool, threads named tf_XLAEigen, is sized by the affinity
+    mask; jaxlib 0.10 has no flag for it: `--intra_op_parallelism_threads` is rejected and the
+    old bare `intra_op_parallelism_threads=N` is silently ignored). The pool size is recorded.
+  * Warm-up excluded: each system's first call (compile) is timed and reported separately, and
+    every round starts with one untimed call per system (as `deuteron run` does).
+  * Rounds interleave the systems: each round runs Deuteron's subprocess for N repeats, then N
+    calls of each framework; the starting system rotates between rounds. Medians over all runs
+    (Deuteron: the median of its per-round medians until its JSON carries every run's time).
+    A system whose calls would take more than --max-round-s per round runs fewer (at least 2).
+  * Outputs of every framework are checked against the float64 evaluation of the same
+    function on the same inputs before timing (|err| <= atol + rtol*|want| + ntol*max|want|,
+    per kernel in bench/kernels.py). Deuteron: against its saved outputs when `deuteron run`
+    can save them (--save-outputs), else its `correct` field or, where that is false, its
+    max_abs_err against its own float64 reference under the harness's bound. A system whose
+    outputs are wrong is flagged and left out of the speedups and geometric means.
+  * Output allocation: Deuteron's timing loop reuses its outputs; PyTorch allocates per call and
+    glibc would hand large blocks back to the kernel on free, so every call would page-fault
+    its output in. This process keeps freed memory (mallopt M_MMAP_MAX=0, M_TRIM_THRESHOLD
+    1 GiB) so PyTorch reuses warm pages, as a caching allocator would; --cold-alloc turns that
+    off. XLA allocates its buffers on its own path and still faults them in per call.
+  * The machine may be shared: the CPU time other processes used while each kernel was timed
+    is reported ("other load", in cores); --wait-quiet waits for a quiet machine first.
+Writes bench.md, bench.csv, bench.json and bench_speedups.png under --out (default results/);
+--json also prints the JSON object on stdout (progress goes to stderr).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import ctypes
+import datetime
+import gc
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+SYSTEMS = ["deuteron", "torch_eager", "torch_compile", "jax_jit", "torch_sdpa"]
+BASELINES = ["torch_eager", "torch_compile", "jax_jit", "torch_sdpa"]
+LABEL = {"deuteron": "Deuteron", "torch_eager": "PyTorch eager", "torch_compile": "torch.compile",
+         "jax_jit": "jax.jit", "torch_sdpa": "torch SDPA"}
+GEOMEAN_FIELD = {"torch_eager": "geomean_vs_eager", "torch_compile": "geomean_vs_torch_compile",
+                 "jax_jit": "geomean_vs_jax_jit", "torch_sdpa": "geomean_vs_torch_sdpa"}
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ---- environment, before torch and jax are imported --------------------------------------------
+
+def setup_process(threads: int, cold_alloc: bool) -> dict:
+    env = {}
+    cpus = sorted(os.sched_getaffinity(0))
+    if threads < len(cpus):
+        os.sched_setaffinity(0, cpus[:threads])
+        env["affinity"] = cpus[:threads]
+    else:
+        env["affinity"] = cpus
+        if threads > len(cpus):
+            log(f"warning: --threads {threads} but only {len(cpus)} CPUs are available")
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_multi_thread_eigen" not in flags:
+        flags = (flags + " --xla_cpu_multi_thread_eigen=true").strip()
+    os.environ["XLA_FLAGS"] = flags
+    env["XLA_FLAGS"] = flags
+    env["malloc"] = "default (cold)"
+    if not cold_alloc:
+        try:
+            libc = ctypes.CDLL("libc.so.6")
+            M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+            if libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, 1 << 30):
+                env["malloc"] = "M_MMAP_MAX=0, M_TRIM_THRESHOLD=1GiB (freed memory reused warm)"
+        except OSError:
+            pass
+    return env
+
+
+# ---- the deuteron CLI ---------------------------------------------------------------------------
+
+def deuteron_json(cmd: list[str], timeout: float, env=None) -> tuple[dict | None, float, str]:
+    """Runs a deuteron command expected to print one JSON object; (object or None, wall s, stderr)."""
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return None, time.perf_counter() - t0, f"timed out after {timeout:.0f} s"
+    except OSError as e:
+        return None, time.perf_counter() - t0, f"cannot run {cmd[0]}: {e}"
+    wall = time.perf_counter() - t0
+    for line in reversed(p.stdout.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line), wall, p.stderr
+            except json.JSONDecodeError:
+                break
+    err = (p.stderr.strip() or p.stdout.strip() or f"exit status {p.returncode}").splitlines()
+    return None, wall, " | ".join(err[-3:])
+
+
+def cli_features(deuteron: str) -> dict:
+    def helps(*sub):
+        p = subprocess.run([deuteron, *sub, "--help"], capture_output=True, text=True)
+        return p.stdout + p.stderr if p.returncode == 0 else ""
+    run_help = helps("run")
+    tune_help = helps("tune")
+    return {"save_outputs": "--save-outputs" in run_help, "save_inputs": "--save-inputs" in run_help,
+            "no_check": "--no-check" in run_help, "tune": "--shape" in tune_help}
+
+
+# ---- measurement helpers ---------------------------------------------------------------------
+
+def median(xs):
+    s = sorted(xs)
+    n = len(s)
+    if n == 0:
+        return float("nan")
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def cpu_busy_jiffies() -> int:
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v) - v[3] - v[4]  # all but idle and iowait
+
+
+def own_cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def foreign_load(window: float = 1.0) -> float:
+    """CPU cores used by other processes over the next `window` seconds."""
+    hz = os.sysconf("SC_CLK_TCK")
+    b0, o0, t0 = cpu_busy_jiffies(), own_cpu_seconds(), time.perf_counter()
+    time.sleep(window)
+    return max(0.0, ((cpu_busy_jiffies() - b0) / hz - (own_cpu_seconds() - o0)) / (time.perf_counter() - t0))
+
+
+def wait_quiet(limit_s: float, threshold: float = 0.25) -> tuple[float, float]:
+    """Waits up to limit_s for other processes to use under `threshold` cores (2 s windows).
+    Returns (seconds waited, last load seen)."""
+    t0 = time.perf_counter()
+    load = foreign_load(2.0)
+    while load >= threshold and time.perf_counter() - t0 < limit_s:
+        load = foreign_load(2.0)
+    return time.perf_counter() - t0, load
+
+
+def xla_pool_threads() -> int:
+    n = 0
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                n += f.read().strip() == "tf_XLAEigen"
+        except OSError:
+            pass
+    return n
+
+
+# ---- one kernel ---------------------------------------------------------------------------------
+
+class System:
+    """A framework callable with its arguments and a way to wait for its results."""
+
+    def __init__(self, name, fn, args, sync):
+        self.name, self.fn, self.args, self.sync = name, fn, args, sync
+        self.compile_s = None
+        self.times = []
+        self.error = None
+        self.check = None  # {"ok": bool, "max_abs_err": float, ...}
+        self.est_ms = None
+
+    def call(self):
+        r = self.fn(*self.args)
+        self.sync(r)
+        return r
+
+    def timed(self, n):
+        gc.disable()
+        try:
+            self.call()  # one untimed call per round, as `deuteron run` warms up
+            for _ in range(n):
+                t0 = time.perf_counter()
+                r = self.call()
+                t1 = time.perf_counter()
+                del r
+                self.times.append((t1 - t0) * 1e3)
+        finally:
+            gc.enable()
+
+
+def as_tuple(r):
+    return tuple(r) if isinstance(r, (tuple, list)) else (r,)
+
+
+def compare(got, want, rtol, atol, ntol=0.0):
+    """got, want: tuples of numpy arrays. Returns (ok, max_abs_err, why not)."""
+    import numpy as np
+    if len(got) != len(want):
+        return False, float("inf"), f"{len(got)} outputs, expected {len(want)}"
+    ok, max_err = True, 0.0
+    for g, w in zip(got, want):
+        g = np.asarray(g, dtype=np.float64).reshape(-1)
+        w = np.asarray(w, dtype=np.float64).reshape(-1)
+        if g.shape != w.shape:
+            return False, float("inf"), f"shape {g.shape} vs {w.shape}"
+        d = np.abs(g - w)
+        if not np.all(np.isfinite(g)) and not np.array_equal(np.isfinite(g), np.isfinite(w)):
+            return False, float("inf"), "non-finite values"
+        max_err = max(max_err, float(np.nanmax(d)) if d.size else 0.0)
+        scale = float(np.max(np.abs(w[np.isfinite(w)]), initial=0.0))
+        ok = ok and bool(np.all(d <= atol + ntol * scale + rtol * np.abs(w)))
+    return ok, max_err, ""
+
+
+def run_kernel(entry, spec, args, ctx) -> dict:
+    import numpy as np
+    import torch
+    import jax
+
+    name = entry["name"]
+    shape = entry["small_shape"] if args.shapes == "small" else entry["bench_shape"]
+    shape_arg = ",".join(map(str, shape))
+    row = {"kernel": name, "shape": shape, "dtype": "float32", "systems": {}, "notes": []}
+    R, K = args.repeat, args.rounds
+    denv = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    d = {"median_ms": None, "round_medians_ms": [], "runs": 0, "walls_s": [], "overheads_s": []}
+    row["systems"]["deuteron"] = d
+
+    # 1. Deuteron's tuning: once per kernel and shape (deuteron caches the result), reported
+    #    separately. A failed tune leaves `deuteron run` on its default config (and stops it from
+    #    trying to tune again in every round).
+    if args.tune == "auto" and ctx["features"]["tune"]:
+        cmd = [ctx["deuteron"], "tune", name, "--shape", shape_arg, "--dtype", "float32", "--progress", "quiet"]
+        if args.tune_budget > 0:
+            cmd += ["--time-budget", f"{args.tune_budget:g}"]
+        log(f"{name} {shape}: deuteron tune" + (f" (budget {args.tune_budget:g} s)" if args.tune_budget > 0 else ""))
+        t0 = time.perf_counter()
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, env=denv, timeout=args.deuteron_timeout)
+            rc, msg = p.returncode, (p.stderr.strip() or p.stdout.strip())
+        except subprocess.TimeoutExpired:
+            rc, msg = -1, f"timed out after {args.deuteron_timeout:.0f} s"
+        except OSError as e:
+            rc, msg = -1, f"cannot run {cmd[0]}: {e}"
+        d["tune_s"] = time.perf_counter() - t0
+        d["tune_ok"] = rc == 0
+        if rc != 0:
+            first_line = next((ln for ln in msg.splitlines() if "error" in ln.lower()), msg.splitlines()[-1] if msg else "")
+            row["notes"].append(f"deuteron tune failed ({first_line.strip()[:160]}): default config")
+            log(f"{name}: deuteron tune failed: {first_line.strip()[:160]}")
+            denv["DEUTERON_AUTOTUNE_EFFORT"] = "none"
+    elif args.tune == "never":
+        denv["DEUTERON_AUTOTUNE_EFFORT"] = "none"
+
+    # 2. Inputs, bit-identical to Deuteron's, and the frameworks' callables.
+    t0 = time.perf_counter()
+    inputs = spec.inputs(shape)
+    row["input_gen_s"] = time.perf_counter() - t0
+    tensor_pos = [i for i, a in enumerate(inputs) if isinstance(a, np.ndarray)]
+    scalars = {i: a for i, a in enumerate(inputs) if not isinstance(a, np.ndarray)}
+
+    def bind(fn):
+        def call(*ts):
+            full, it = [], iter(ts)
+            for i in range(len(inputs)):
+                full.append(scalars[i] if i in scalars else next(it))
+            return as_tuple(fn(*full))
+        return call
+
+    np_tensors = [inputs[i] for i in tensor_pos]
+    th = [torch.from_numpy(a) for a in np_tensors]
+    jx = [jax.device_put(a) for a in np_tensors]
+    jax.block_until_ready(jx)
+    torch_fn = bind(spec.torch)
+    systems = [System("torch_eager", torch_fn, th, lambda r: None)]
+    if "torch_compile" in ctx["systems"]:
+        torch._dynamo.reset()
+        systems.append(System("torch_compile", torch.compile(torch_fn), th, lambda r: None))
+    if "jax_jit" in ctx["systems"]:
+        systems.append(System("jax_jit", jax.jit(bind(spec.jax)), jx, jax.block_until_ready))
+    if spec.sdpa is not None and "torch_sdpa" in ctx["systems"]:
+        systems.append(System("torch_sdpa", bind(spec.sdpa), th, lambda r: None))
+    systems = [s for s in systems if s.name in ctx["systems"]]
+
+    # The float64 evaluation of the same function on the same inputs: what every output is
+    # checked against.
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        th64 = [t.double() if t.is_floating_point() else t for t in th]
+        want = tuple(o.numpy() for o in torch_fn(*th64))
+    del th64
+    row["reference_s"] = time.perf_counter() - t0
+    want_scale = max((float(np.max(np.abs(w), initial=0.0)) for w in want), default=0.0)
+
+    # 3. Warm-up: the first call is the compile; outputs are checked before any timing; a second
+    #    call estimates the time per call.
+    from torch._dynamo.utils import counters
+    hits0 = dict(counters["inductor"])
+    for s in systems:
+        try:
+            t0 = time.perf_counter()
+            r = s.call()
+            s.compile_s = time.perf_counter() - t0
+            got = tuple(np.asarray(o) for o in r)
+            ok, err, why = compare(got, want, spec.rtol, spec.atol, spec.ntol)
+            s.check = {"ok": ok, "max_abs_err": err}
+            if not ok:
+                row["notes"].append(f"{s.name} output differs from float64 evaluation "
+                                    f"(max abs err {err:.3g}{', ' + why if why else ''})")
+            s.outputs = got
+            del r, got
+            t0 = time.perf_counter()
+            s.call()
+            s.est_ms = (time.perf_counter() - t0) * 1e3
+        except Exception as e:  # noqa: BLE001 - report and go on
+            s.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            row["notes"].append(f"{s.name} failed: {s.error}")
+            log(f"{name}: {s.name} failed: {s.error}")
+    ind = {k: counters["inductor"].get(k, 0) - hits0.get(k, 0) for k in ("fxgraph_cache_hit", "fxgraph_cache_miss")}
+    row["inductor_cache"] = "hit" if ind["fxgraph_cache_hit"] and not ind["fxgraph_cache_miss"] else \
+        "miss" if ind["fxgraph_cache_miss"] else "?"
+    live = [s for s in systems if s.error is None]
+    # Pairwise agreement of the frameworks (max abs difference), for the record.
+    pair = 0.0
+    for a in range(len(live)):
+        for b in range(a + 1, len(live)):
+            for x, y in zip(live[a].outputs, live[b].outputs):
+                pair = max(pair, float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)),
+                                              initial=0.0)))
+    row["max_pairwise_diff"] = pair
+    for s in live:
+        del s.outputs
+    if any(s.name == "jax_jit" for s in live):
+        ctx["xla_pool_threads"] = max(ctx.get("xla_pool_threads", 0), xla_pool_threads())
+
+    def reps(est_ms):
+        # at most about --max-round-s of calls per system per round, at least 2
+        if not est_ms or est_ms <= 0:
+            return R
+        return max(min(R, 2), min(R, int(args.max_round_s * 1e3 / est_ms)))
+
+    # 4. Timed rounds, interleaved; the starting system rotates. Round 0's Deuteron invocation
+    #    is its first: it compiles if needed (its in-process timing excludes that) and fixes the
+    #    config, which later rounds pass explicitly (--config) so nothing is re-tuned.
+    tmp = Path(tempfile.mkdtemp(prefix=f"deuteron-bench-{name}-"))
+    base_cmd = [ctx["deuteron"], "run", name, "--shape", shape_arg, "--dtype", "float32", "--json"]
+    d_est = min((s.est_ms for s in live if getattr(s, "est_ms", None)), default=None)
+
+    def deuteron_round(k):
+        nonlocal d_est
+        cmd = base_cmd + ["--repeat", str(reps(d_est))]
+        if k == 0:
+            if ctx["features"]["save_outputs"]:
+                cmd += ["--save-outputs", str(tmp / "out")]
+            if ctx["features"]["save_inputs"]:
+                cmd += ["--save-inputs", str(tmp / "in")]
+            log(f"{name} {shape}: timing (deuteron's first run compiles if needed)")
+        elif d.get("config") is not None:
+            cmd += ["--config", json.dumps(d["config"], separators=(",", ":"))]
+            if ctx["features"]["no_check"]:
+                cmd += ["--no-check"]  # checked in round 0; skip the float64 reference
+        j, wall, err = deuteron_json(cmd, args.deuteron_timeout, denv)
+        if j is None or j.get("median_ms") is None:
+            if k == 0:
+                d["error"] = err
+                log(f"{name}: deuteron run failed: {err}")
+            row["notes"].append(f"deuteron run failed{'' if k == 0 else f' in round {k}'}: {err}")
+            return
+        if k == 0:
+            for f in ("config", "config_origin", "tuned", "compiled", "correct", "max_abs_err", "source"):
+                d[f] = j.get(f)
+            d["first_wall_s"] = wall
+            med, gbps, gflops = j["median_ms"], j.get("gbps", 0.0), j.get("gflops", 0.0)
+            # bytes and flops of the kernel's definition (Entry::bytes / flops), from the CLI's rates
+            row["bytes"] = gbps * med * 1e6
+            row["flops"] = gflops * med * 1e6
+            roof = ctx["roofline"]
+            frac = j.get("roofline_fraction", 0.0)
+            by_flops = gflops / roof["peak_gflops"] if roof.get("peak_gflops") else 0
+            by_bytes = gbps / roof["copy_gbps"] if roof.get("copy_gbps") else 0
+            row["compute_bound"] = abs(frac - by_flops) < abs(frac - by_bytes)
+        runs = j.get("runs", R)
+        d["round_medians_ms"].append(j["median_ms"])
+        d["runs"] += runs
+        d["walls_s"].append(wall)
+        # the subprocess's time outside its timed runs (start, inputs, reference, check, compile)
+        d["overheads_s"].append(max(0.0, wall - (runs + 1) * j["median_ms"] * 1e-3))
+        if "times_ms" in j:
+            d.setdefault("times_ms", []).extend(j["times_ms"])
+        d_est = median(d["round_medians_ms"])
+
+    if args.wait_quiet > 0:
+        waited, seen = wait_quiet(args.wait_quiet)
+        row["waited_for_quiet_s"] = round(waited, 1)
+        if seen >= 0.25:
+            log(f"{name}: other processes still use {seen:.2f} cores after waiting {waited:.0f} s; timing anyway")
+    order = ["deuteron"] + [s.name for s in live]
+    by_name = {s.name: s for s in live}
+    busy0, own0, wall0 = cpu_busy_jiffies(), own_cpu_seconds(), time.perf_counter()
+    for k in range(K):
+        rot = order[k % len(order):] + order[:k % len(order)]
+        for sname in rot:
+            if sname == "deuteron":
+                if k == 0 or d.get("config") is not None:
+                    deuteron_round(k)
+            else:
+                by_name[sname].timed(reps(by_name[sname].est_ms))
+    elapsed = time.perf_counter() - wall0
+    hz = os.sysconf("SC_CLK_TCK")
+    foreign = ((cpu_busy_jiffies() - busy0) / hz - (own_cpu_seconds() - own0)) / max(elapsed, 1e-9)
+    row["foreign_load_cores"] = max(0.0, foreign)
+    row["timing_s"] = elapsed
+
+    # Deuteron's saved inputs and outputs, when the CLI can save them.
+    if (tmp / "in").is_dir():
+        mism = []  # in{i}.npy: the tensor at argument position i
+        for i, a in enumerate(inputs):
+            if not isinstance(a, np.ndarray):
+                continue
+            f = tmp / "in" / f"in{i}.npy"
+            b = np.load(f) if f.exists() else None
+            if b is None or b.dtype != a.dtype or b.shape != a.shape or \
+                    not np.array_equal(b.view(np.uint8), a.view(np.uint8)):
+                mism.append(i)
+        row["inputs_identical"] = not mism
+        if mism:
+            row["notes"].append(f"inputs differ from deuteron's saved inputs: arguments {mism}")
+    if (tmp / "out").is_dir():
+        errs, ok_all = [], True
+        for i, w in enumerate(want):
+            f = tmp / "out" / f"out{i}.npy"
+            if not f.exists():
+                ok_all = False
+                continue
+            ok, err, _ = compare((np.load(f),), (w,), spec.rtol, spec.atol, spec.ntol)
+            errs.append(err)
+            ok_all = ok_all and ok
+        d["check"] = {"ok": ok_all, "max_abs_err": max(errs, default=float("inf")), "from": "saved outputs"}
+    shutil.rmtree(tmp, ignore_errors=True)
+    del inputs, np_tensors, th, jx
+
+    # Deuteron's correctness under the harness's tolerance (the one the baselines pass): from its
+    # saved outputs when the CLI can save them, else from its max abs error against its own
+    # float64 reference on the same inputs (bounded by atol + ntol * max|output|, without the
+    # per-element rtol term, so stricter than the baselines' check).
+    if "check" not in d and d.get("max_abs_err") is not None:
+        bound = spec.atol + spec.ntol * want_scale
+        ok = bool(d.get("correct")) or d["max_abs_err"] <= bound
+        d["check"] = {"ok": ok, "max_abs_err": d["max_abs_err"], "from": "deuteron run's max_abs_err"}
+        if ok and not d.get("correct"):
+            row["notes"].append(f"deuteron run reports WRONG (its own elementwise tolerance) but its max abs "
+                                f"error {d['max_abs_err']:.3g} is within the harness's bound {bound:.3g}")
+
+    if d["round_medians_ms"]:
+        # median over all runs when the CLI gives them, else the median of the round medians
+        d["median_ms"] = median(d["times_ms"]) if d.get("times_ms") else median(d["round_medians_ms"])
+        if len(d["overheads_s"]) > 1:
+            d["invocation_overhead_s"] = median(d["overheads_s"][1:])
+            if d.get("compiled"):
+                d["compile_s"] = max(0.0, d["overheads_s"][0] - d["invocation_overhead_s"])
+    for s in systems:
+        row["systems"][s.name] = {"median_ms": median(s.times) if s.times else None, "runs": len(s.times),
+                                  "min_ms": min(s.times) if s.times else None,
+                                  "compile_s": s.compile_s, "error": s.error,
+                                  "check": s.check}
+
+    # Speedups (baseline time / Deuteron time: > 1 means Deuteron is faster) and roofline.
+    dm = d["median_ms"]
+    d_ok = dm is not None and bool((d.get("check") or {}).get("ok"))
+    best = None
+    for b in BASELINES:
+        sb = row["systems"].get(b)
+        if not sb or sb["median_ms"] is None:
+            continue
+        sb_ok = bool(sb["check"] and sb["check"]["ok"])
+        sb["speedup"] = sb["median_ms"] / dm if (dm and d_ok and sb_ok) else None
+        if sb_ok and (best is None or sb["median_ms"] < row["systems"][best]["median_ms"]):
+            best = b
+    row["best_baseline"] = best
+    row["speedup_vs_best"] = (row["systems"][best]["median_ms"] / dm) if (best and dm and d_ok) else None
+    roof = ctx["roofline"]
+    for sname, sv in row["systems"].items():
+        t = sv.get("median_ms")
+        if not t or "bytes" not in row:
+            sv["roofline_fraction"] = None
+            continue
+        if row["compute_bound"]:
+            sv["roofline_fraction"] = row["flops"] / (t * 1e-3) / 1e9 / roof["peak_gflops"]
+        else:
+            sv["roofline_fraction"] = row["bytes"] / (t * 1e-3) / 1e9 / roof["copy_gbps"]
+    if not spec.verified:
+        row["notes"].append("spec not yet checked against the kernel's examples/*.cpp")
+    if dm is not None and not d_ok:
+        row["notes"].append("deuteron's output is WRONG: left out of the speedups and geomeans")
+    return row
+
+
+# ---- reports -----------------------------------------------------------------------------------
+
+def fmt_ms(x):
+    return "-" if x is None else (f"{x:.3f}" if x < 1 else f"{x:.2f}" if x < 100 else f"{x:.1f}")
+
+
+def fmt_x(x):
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def fmt_pct(x):
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def summarize(rows, systems):
+    out = {}
+    for b in BASELINES:
+        if b not in systems:
+            continue
+        g = geomean([r["systems"].get(b, {}).get("speedup") for r in rows])
+        out[GEOMEAN_FIELD[b]] = g
+    out["geomean_vs_best"] = geomean([r.get("speedup_vs_best") for r in rows])
+    return out
+
+
+def write_markdown(path, result):
+    rows, meta, gm = result["kernels"], result["meta"], result
+    has_sdpa = any("torch_sdpa" in r["systems"] for r in rows)
+    base = ["torch_eager", "torch_compile", "jax_jit"] + (["torch_sdpa"] if has_sdpa else [])
+    base = [b for b in base if b in meta["systems"]]
+    L = []
+    L.append(f"# Deuteron vs PyTorch eager, torch.compile and jax.jit ({meta['shapes']} shapes, float32)")
+    L.append("")
+    L.append(f"{meta['date']} on {meta['cpu']} ({meta['threads']} threads everywhere); "
+             f"torch {meta['torch']}, jax {meta['jax']}; Deuteron config per kernel in brackets. "
+             f"Median ms over {meta['rounds']} interleaved rounds x {meta['repeat']} runs. "
+             f"Speedup = baseline time / Deuteron time (> 1: Deuteron faster).")
+    L.append("")
+    hdr = ["kernel", "shape", "Deuteron ms"] + [f"{LABEL[b]} ms" for b in base] + \
+          [f"x {LABEL[b]}" for b in base] + ["roofline D / " + " / ".join(LABEL[b] for b in base), "other load"]
+    L.append("| " + " | ".join(hdr) + " |")
+    L.append("|" + "---|" * len(hdr))
+    for r in rows:
+        S = r["systems"]
+        d = S["deuteron"]
+        dcell = fmt_ms(d.get("median_ms"))
+        if d.get("median_ms") is not None:
+            dcell += f" ({d.get('config_origin', '?')})"
+            if not (d.get("check") or {}).get("ok"):
+                dcell += " WRONG"
+        cells = [r["kernel"], "x".join(map(str, r["shape"])), dcell]
+        for b in base:
+            sb = S.get(b)
+            c = fmt_ms(sb.get("median_ms")) if sb else "-"
+            if sb and sb.get("check") and not sb["check"]["ok"]:
+                c += " WRONG"
+            if sb and sb.get("error"):
+                c = "failed"
+            cells.append(c)
+        for b in base:
+            cells.append(fmt_x(S.get(b, {}).get("speedup")))
+        cells.append(" / ".join(fmt_pct(S.get(s, {}).get("roofline_fraction")) for s in ["deuteron"] + base)
+                     + (" (FMA)" if r.get("compute_bound") else " (BW)"))
+        cells.append(f"{r.get('foreign_load_cores', 0):.2f}")
+        L.append("| " + " | ".join(cells) + " |")
+    gcells = ["**geomean**", "", ""] + [""] * len(base) + \
+             [f"**{fmt_x(gm.get(GEOMEAN_FIELD[b]))}**" for b in base] + ["", ""]
+    L.append("| " + " | ".join(gcells) + " |")
+    L.append("")
+    L.append(f"Geometric mean speedup of Deuteron over the fastest baseline per kernel: "
+             f"{fmt_x(gm.get('geomean_vs_best'))}.")
+    L.append("")
+    L.append("Roofline: the kernel's bytes (BW) or flops (FMA) from its catalogue definition over "
+             f"`deuteron roofline` ({meta['roofline']['copy_gbps']:.1f} GB/s copy, "
+             f"{meta['roofline']['peak_gflops']:.0f} GFLOP/s FMA on {meta['threads']} cores). "
+             "\"other load\": CPU cores used by other processes while the kernel was timed "
+             "(this machine is shared; > 0.2 means the timings are disturbed).")
+    over = sorted({r["kernel"] for r in rows for v in r["systems"].values() if (v.get("roofline_fraction") or 0) > 1.0})
+    if over:
+        L.append("")
+        L.append(f"Fractions above 100% ({', '.join(over)}): the `deuteron roofline` figures are below what "
+                 "this machine can do (they were measured while it was busy, or the data stays in cache).")
+    L.append("")
+    L.append("## First calls (compile, tune) and checks")
+    L.append("")
+    L.append("Deuteron: `deuteron tune` wall time (cached afterwards), the compile time of its first run "
+             "(that run's time outside its timed loop minus the same for later runs), and the time each "
+             "`deuteron run` spends outside its timed loop (start, inputs, float64 reference, check). "
+             "Frameworks: the first call (trace and compile). Errors: max abs difference from the "
+             "float64 evaluation of the same function on the same inputs (Deuteron: from its own "
+             "float64 reference).")
+    L.append("")
+    hdr = ["kernel", "Deuteron tune s", "Deuteron compile s", "Deuteron run overhead s", "Deuteron config"] + \
+          [f"{LABEL[b]} first call s" for b in base] + \
+          ["max abs err: Deuteron / " + " / ".join(LABEL[b] for b in base)]
+    L.append("| " + " | ".join(hdr) + " |")
+    L.append("|" + "---|" * len(hdr))
+
+    def num(x, f="{:.1f}"):
+        return "-" if x is None else f.format(x)
+    for r in rows:
+        S, d = r["systems"], r["systems"]["deuteron"]
+        tune = num(d.get("tune_s")) + ("" if d.get("tune_ok", True) else " (failed)")
+        comp = num(d.get("compile_s"), "{:.2f}") if d.get("compiled") else ("cached" if d.get("config") else "-")
+        cfg = json.dumps(d.get("config"), separators=(",", ":")) if d.get("config") else "-"
+        cells = [r["kernel"], tune, comp, num(d.get("invocation_overhead_s")),
+                 f"{d.get('config_origin', '-')}: `{cfg}`"]
+        for b in base:
+            sb = S.get(b)
+            c = "-" if not sb or sb.get("compile_s") is None else f"{sb['compile_s']:.2f}"
+            if b == "torch_compile" and sb and r.get("inductor_cache") in ("hit", "miss"):
+                c += f" (cache {r['inductor_cache']})"
+            cells.append(c)
+        errs = []
+        for sname in ["deuteron"] + base:
+            ch = (S.get(sname) or {}).get("check")
+            errs.append("-" if not ch else f"{ch['max_abs_err']:.2g}" + ("" if ch["ok"] else " WRONG"))
+        cells.append(" / ".join(errs))
+        L.append("| " + " | ".join(cells) + " |")
+    notes = [(r["kernel"], n) for r in rows for n in r["notes"]]
+    if notes:
+        L.append("")
+        L.append("## Notes")
+        L.append("")
+        for k, n in notes:
+            L.append(f"- {k}: {n}")
+    L.append("")
+    L.append("## Setup")
+    L.append("")
+    for k in ("command", "deuteron", "threads", "affinity", "xla_pool_threads", "XLA_FLAGS", "malloc",
+              "load_before", "load_after", "wall_s", "deuteron_outputs"):
+        L.append(f"- {k}: {meta.get(k)}")
+    Path(path).write_text("\n".join(L) + "\n")
+
+
+def write_csv(path, result):
+    rows = result["kernels"]
+    fields = ["kernel", "shape", "dtype", "deuteron_config_origin", "deuteron_correct", "deuteron_tune_s",
+              "deuteron_config", "best_baseline",
+              "speedup_vs_best", "bytes", "flops", "compute_bound", "foreign_load_cores"]
+    for s in SYSTEMS:
+        fields += [f"{s}_ms", f"{s}_min_ms", f"{s}_runs", f"{s}_roofline_fraction", f"{s}_first_call_s"]
+        if s != "deuteron":
+            fields += [f"speedup_vs_{s}", f"{s}_max_abs_err"]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in rows:
+            d = r["systems"]["deuteron"]
+            o = {"kernel": r["kernel"], "shape": "x".join(map(str, r["shape"])), "dtype": r["dtype"],
+                 "deuteron_config_origin": d.get("config_origin"),
+                 "deuteron_correct": (d.get("check") or {}).get("ok"), "deuteron_tune_s": d.get("tune_s"),
+                 "deuteron_config": json.dumps(d.get("config"), separators=(",", ":")) if d.get("config") else None,
+                 "best_baseline": r.get("best_baseline"), "speedup_vs_best": r.get("speedup_vs_best"),
+                 "bytes": r.get("bytes"), "flops": r.get("flops"), "compute_bound": r.get("compute_bound"),
+                 "foreign_load_cores": r.get("foreign_load_cores")}
+            for s in SYSTEMS:
+                sv = r["systems"].get(s)
+                if not sv:
+                    continue
+                o[f"{s}_ms"] = sv.get("median_ms")
+                o[f"{s}_min_ms"] = sv.get("min_ms") if s != "deuteron" else \
+                    (min(sv["round_medians_ms"]) if sv.get("round_medians_ms") else None)
+                o[f"{s}_runs"] = sv.get("runs")
+                o[f"{s}_roofline_fraction"] = sv.get("roofline_fraction")
+                o[f"{s}_first_call_s"] = sv.get("compile_s")
+                if s != "deuteron":
+                    o[f"speedup_vs_{s}"] = sv.get("speedup")
+                    o[f"{s}_max_abs_err"] = (sv.get("check") or {}).get("max_abs_err")
+            w.writerow(o)
+
+
+def write_plot(path, result):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result["kernels"] if any(r["systems"].get(b, {}).get("speedup") for b in BASELINES)]
+    if not rows:
+        return False
+    base = [b for b in BASELINES if any(r["systems"].get(b, {}).get("speedup") for r in rows)]
+    colors = {"torch_eager": "#4C72B0", "torch_compile": "#DD8452", "jax_jit": "#55A868", "torch_sdpa": "#8172B3"}
+    n = len(rows)
+    width = 0.8 / len(base)
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.95 * n + 3), 6.0))
+    vals_all = []
+    for i, b in enumerate(base):
+        xs, ys = [], []
+        for k, r in enumerate(rows):
+            v = r["systems"].get(b, {}).get("speedup")
+            if v:
+                xs.append(k - 0.4 + width * (i + 0.5))
+                ys.append(v)
+        vals_all += ys
+        g = result.get(GEOMEAN_FIELD[b])
+        # bars grow from 1x: up where Deuteron is faster, down where it is slower
+        ax.bar(xs, [y - 1.0 for y in ys], bottom=1.0, width=width * 0.95, color=colors[b],
+               label=f"vs {LABEL[b]} (geomean {g:.2f}x)" if g else f"vs {LABEL[b]}")
+        for x, y in zip(xs, ys):
+            ax.annotate(f"{y:.2g}" if y < 10 else f"{y:.0f}", (x, y), ha="center",
+                        va="bottom" if y >= 1 else "top", fontsize=7,
+                        xytext=(0, 2 if y >= 1 else -2), textcoords="offset points", rotation=90)
+    ax.set_yscale("log")
+    lo, hi = min(vals_all + [1.0]), max(vals_all + [1.0])
+    ax.set_ylim(lo / 2.2, hi * 2.2)
+    ax.axhline(1.0, color="black", linewidth=1)
+    ax.set_xticks(range(n))
+    ax.set_xticklabels([r["kernel"] for r in rows], rotation=30, ha="right")
+    ax.set_xlim(-0.6, n - 0.4)
+    ax.set_ylabel("Deuteron speedup (baseline time / Deuteron time), log scale")
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    meta = result["meta"]
+    ax.set_title(f"Deuteron speedup over each baseline, {meta['shapes']} shapes, float32, "
+                 f"{meta['threads']} threads\n{meta['cpu']}, {meta['date']}  (above 1: Deuteron faster)",
+                 fontsize=10)
+    ax.legend(loc="upper left", fontsize=9, framealpha=0.9)
+    ax.grid(axis="y", which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return True
+
+
+def write_reports(result, out: Path, no_plot: bool) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    write_csv(out / "bench.csv", result)
+    write_markdown(out / "bench.md", result)
+    plotted = False if no_plot else write_plot(out / "bench_speedups.png", result)
+    log(f"wrote {out / 'bench.md'}, bench.csv, bench.json" + (", bench_speedups.png" if plotted else "")
+        + f" (run took {result['meta']['wall_s']:.0f} s)")
+    g = {k: result.get(k) for k in ("geomean_vs_eager", "geomean_vs_torch_compile", "geomean_vs_jax_jit",
+                                    "geomean_vs_torch_sdpa", "geomean_vs_best") if k in result}
+    log("geomeans: " + ", ".join(f"{k} {fmt_x(v)}" for k, v in g.items()))
+
+
+# ---- main ----------------------------------------------------------------------------------------
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kernels", default="", help="comma-separated catalogue names (default: all)")
+    ap.add_argument("--shapes", default="bench", choices=["small", "bench"])
+    ap.add_argument("--repeat", type=int, default=5, help="timed runs per system per round (default 5)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    ap.add_argument("--threads", type=int, default=2, help="threads for every system (default 2)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    ap.add_argument("--out", default=str(REPO / "results"), help="folder for bench.{md,csv,json,png}")
+    ap.add_argument("--deuteron", default=str(REPO / "build" / "deuteron"), help="the deuteron binary")
+    ap.add_argument("--systems", default="torch_eager,torch_compile,jax_jit,torch_sdpa",
+                    help="baselines to run (default all)")
+    ap.add_argument("--tune", choices=["auto", "never"], default="auto",
+                    help="auto (default): `deuteron tune` each kernel first (instant when cached); "
+                         "never: Deuteron's default configs (DEUTERON_AUTOTUNE_EFFORT=none)")
+    ap.add_argument("--tune-budget", type=float, default=30.0, metavar="S",
+                    help="seconds of search per kernel for `deuteron tune --time-budget` (default 30; "
+                         "0: the tuner's own default, about a minute)")
+    ap.add_argument("--max-round-s", type=float, default=5.0, metavar="S",
+                    help="fewer runs per round (at least 2) for systems whose calls would take longer "
+                         "than S seconds in all (default 5)")
+    ap.add_argument("--deuteron-timeout", type=float, default=1200.0)
+    ap.add_argument("--cold-alloc", action="store_true",
+                    help="leave glibc's malloc alone (PyTorch outputs then page-fault in every call)")
+    ap.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
+                    help="before timing each kernel, wait up to S seconds until other processes use "
+                         "< 0.25 cores (the machine is shared)")
+    ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--from-json", metavar="FILE",
+                    help="measure nothing: rewrite the reports under --out from an earlier bench.json")
+    args = ap.parse_args(argv)
+    if args.repeat < 1 or args.rounds < 1:
+        ap.error("--repeat and --rounds must be >= 1")
+    if args.from_json:
+        result = json.loads(Path(args.from_json).read_text())
+        result.update(summarize(result["kernels"], result["meta"]["systems"]))
+        write_reports(result, Path(args.out), args.no_plot)
+        if args.json:
+            print(json.dumps(result, default=str))
+        return 0
+
+    t_start = time.perf_counter()
+    load_before = os.getloadavg()
+    penv = setup_process(args.threads, args.cold_alloc)
+
+    # A private copy of the binary, so a rebuild during the run cannot change or break it.
+    deuteron, cat, roofline = None, None, None
+    snap_dir = Path(tempfile.mkdtemp(prefix="deuteron-bench-bin-"))
+    for attempt in range(12):
+        try:
+            if not os.access(args.deuteron, os.X_OK):
+                raise OSError(f"{args.deuteron} is not an executable (build it: cmake --build build)")
+            deuteron = str(snap_dir / "deuteron")
+            shutil.copy2(args.deuteron, deuteron)
+            cat = json.loads(subprocess.run([deuteron, "list", "--json"], capture_output=True, text=True,
+                                            check=True).stdout)
+            roofline = json.loads(subprocess.run([deuteron, "roofline", "--json"], capture_output=True,
+                                                 text=True, check=True).stdout)
+            break
+        except (OSError, subprocess.CalledProcessError, json.JSONDecodeError) as e:
+            if attempt == 11:
+                print(f"error: {args.deuteron} does not work: {e}", file=sys.stderr)
+                return 2
+            log(f"{args.deuteron} does not work yet ({e}); it may be being rebuilt: retrying in 10 s")
+            time.sleep(10)
+    binary_info = f"{args.deuteron} (copied at start; built {time.strftime('%Y-%m-%d %H:%M', time.localtime(os.path.getmtime(deuteron)))})"
+    features = cli_features(deuteron)
+
+    import numpy as np  # noqa: F401
+    import torch
+    import jax
+    import kernels as K
+
+    torch.set_num_threads(args.threads)
+    torch._dynamo.config.cache_size_limit = max(64, torch._dynamo.config.cache_size_limit)
+    jax.config.update("jax_platforms", "cpu")
+
+    names = [e["name"] for e in cat]
+    if args.kernels:
+        want = [k.strip() for k in args.kernels.split(",") if k.strip()]
+        unknown = [k for k in want if k not in names]
+        if unknown:
+            print(f"error: not in the catalogue: {', '.join(unknown)} (known: {', '.join(names)})",
+                  file=sys.stderr)
+            return 2
+        entries = [e for e in cat if e["name"] in want]
+    else:
+        entries = cat
+    systems = ["deuteron"] + [s.strip() for s in args.systems.split(",") if s.strip()]
+    ctx = {"deuteron": deuteron, "roofline": roofline, "features": features, "systems": systems}
+
+    rows, skipped = [], []
+    for e in entries:
+        if "float32" not in e.get("dtypes", ["float32"]):
+            skipped.append((e["name"], "no float32"))
+            continue
+        spec = K.SPECS.get(e["name"])
+        if spec is None:
+            skipped.append((e["name"], "no PyTorch/JAX definition in bench/kernels.py"))
+            log(f"skipping {e['name']}: no PyTorch/JAX definition in bench/kernels.py")
+            continue
+        if not spec.verified:
+            log(f"warning: {e['name']}: spec not yet checked against examples/{e['name']}.cpp")
+        t0 = time.perf_counter()
+        row = run_kernel(e, spec, args, ctx)
+        S = row["systems"]
+        log(f"{e['name']}: " + ", ".join(f"{s} {fmt_ms(v.get('median_ms'))} ms" for s, v in S.items())
+            + f" ({time.perf_counter() - t0:.0f} s)")
+        rows.append(row)
+        gc.collect()
+
+    meta = {
+        "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]) if argv is None else " ".join(argv),
+        "shapes": args.shapes, "repeat": args.repeat, "rounds": args.rounds, "threads": args.threads,
+        "systems": systems, "cpu": roofline.get("cpu", platform.processor()), "roofline": roofline,
+        "torch": torch.__version__, "jax": jax.__version__, "python": platform.python_version(),
+        "deuteron": binary_info, "affinity": penv["affinity"], "XLA_FLAGS": penv["XLA_FLAGS"],
+        "malloc": penv["malloc"], "torch_threads": torch.get_num_threads(),
+        "xla_pool_threads": ctx.get("xla_pool_threads"),
+        "deuteron_outputs": ("compared with the float64 evaluation (deuteron run --save-outputs)"
+                             if features["save_outputs"] else
+                             "checked by deuteron run's own `correct` field (its float64 reference on "
+                             "the same inputs); the CLI cannot save its outputs yet"),
+        "cli_features": features, "skipped": skipped,
+        "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
+        "wall_s": round(time.perf_counter() - t_start, 1),
+    }
+    if ctx.get("xla_pool_threads") not in (None, args.threads):
+        log(f"warning: XLA's intra-op pool has {ctx.get('xla_pool_threads')} threads, not {args.threads}")
+    result = {"meta": meta, "kernels": rows}
+    result.update(summarize(rows, systems))
+
+    write_reports(result, Path(args.out), args.no_plot)
+    shutil.rmtree(snap_dir, ignore_errors=True)
+    if args.json:
+        print(json.dumps(result, default=str))
+    bad = [r["kernel"] for r in rows
+           if any(v.get("check") and not v["check"]["ok"] for v in r["systems"].values())]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# CI smoke test of the benchmark harness (bench/run_bench.py): add and softmax at their small
+# shapes, two runs per round, Deuteron on its default configs (--tune never), against PyTorch
+# eager, torch.compile and jax.jit. Checks that the harness runs end to end, that every
+# system's outputs agree and that the reports are written.
+#
+#   bash bench/smoke.sh            # from anywhere; DEUTERON=/path/to/deuteron overrides build/deuteron
+#
+# Skips (prints "bench smoke: SKIP ...", exit 0) when <repo>/.venv has no torch, jax or matplotlib,
+# i.e. when `scripts/setup_python.sh --bench` has not been run. Exit 1 on any failure.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="$REPO/.venv/bin/python"
+DEUTERON="${DEUTERON:-$REPO/build/deuteron}"
+
+# find_spec rather than import: fast, and a broken install then fails the smoke test.
+if [ ! -x "$PY" ] || ! "$PY" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ("torch", "jax", "matplotlib")))' >/dev/null 2>&1; then
+  echo "bench smoke: SKIP ($PY lacks torch, jax or matplotlib; run scripts/setup_python.sh --bench)"
+  exit 0
+fi
+[ -x "$DEUTERON" ] || { echo "bench smoke: FAIL: $DEUTERON is not built" >&2; exit 1; }
+
+OUT="$(mktemp -d "${TMPDIR:-/tmp}/deuteron-bench-smoke.XXXXXX")"
+trap 'rm -rf "$OUT"' EXIT
+start=$(date +%s)
+if ! timeout 300 "$PY" "$REPO/bench/run_bench.py" --kernels add,softmax --shapes small --repeat 2 --tune never \
+     --deuteron "$DEUTERON" --json --out "$OUT" > "$OUT/stdout.json" 2> "$OUT/stderr.log"; then
+  echo "bench smoke: FAIL: run_bench.py failed" >&2
+  tail -30 "$OUT/stderr.log" >&2
+  exit 1
+fi
+"$PY" - "$OUT" <<'PYEOF'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+r = json.loads((out / "stdout.json").read_text())
+errors = []
+for f in ("bench.md", "bench.csv", "bench.json", "bench_speedups.png"):
+    if not (out / f).is_file() or (out / f).stat().st_size == 0:
+        errors.append(f"missing {f}")
+for k in ("geomean_vs_eager", "geomean_vs_torch_compile", "geomean_vs_jax_jit"):
+    if not isinstance(r.get(k), float) or not r[k] > 0:
+        errors.append(f"{k} = {r.get(k)!r}")
+rows = {row["kernel"]: row for row in r["kernels"]}
+if sorted(rows) != ["add", "softmax"]:
+    errors.append(f"kernels {sorted(rows)}")
+for name, row in rows.items():
+    d = row["systems"]["deuteron"]
+    if not d.get("correct") or not d.get("median_ms"):
+        errors.append(f"{name}: deuteron correct={d.get('correct')} median_ms={d.get('median_ms')}")
+    for s in ("torch_eager", "torch_compile", "jax_jit"):
+        v = row["systems"].get(s) or {}
+        if v.get("error") or not (v.get("check") or {}).get("ok") or not v.get("median_ms"):
+            errors.append(f"{name}: {s}: {v}")
+if errors:
+    print("bench smoke: FAIL:\n  " + "\n  ".join(errors), file=sys.stderr)
+    sys.exit(1)
+PYEOF
+echo "bench smoke: ok ($(( $(date +%s) - start )) s)"
