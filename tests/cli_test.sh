@@ -4,6 +4,8 @@
 set -uo pipefail
 BIN="$1"
 export DEUTERON_CACHE_DIR="$(mktemp -d)"
+# Runs here use the default config; the autotuner has its own tests.
+export DEUTERON_AUTOTUNE_EFFORT=none
 trap 'rm -rf "$DEUTERON_CACHE_DIR"' EXIT
 passed=0
 failed=0
@@ -41,6 +43,14 @@ err=$("$BIN" run softmax --shapes small --config '{"block_t0": ' 2>&1); code=$?
 check "bad JSON exits non-zero with a message" bash -c "test $code -ne 0 && grep -q 'not valid JSON' <<<'$err'"
 err=$("$BIN" run softmax --shapes small --config '{"block_t0": 3}' 2>&1); code=$?
 check "illegal block size names the legal values" bash -c "test $code -ne 0 && grep -q 'legal values' <<<'$err'"
+
+# Tuning: a tuned kernel's next run in a new process neither tunes nor compiles.
+tune=$("$BIN" tune softmax --shapes small --max-candidates 6 --time-budget 60 --progress quiet 2>&1)
+check "tune prints the best config" has "$tune" "block_t0"
+after=$(DEUTERON_AUTOTUNE_EFFORT=quick "$BIN" run softmax --shapes small --json --repeat 3)
+check "a tuned kernel runs from the cache" has "$after" '"config_origin":"cache"'
+check "a tuned kernel's run does not tune" has "$after" '"tuned":false'
+check "a tuned kernel's run does not compile" has "$after" '"compiled":false'
 
 # The pallas target (TPU interpret mode, needs the project's .venv: scripts/setup_python.sh).
 for k in add softmax; do

@@ -1,0 +1,120 @@
+// The autotuner: for one specialised kernel, search its config space for the fastest config
+// that fits the target and gives the right answer, and remember it on disk.
+//
+//   candidates   proposed by a search strategy (search.h), the default config first, then
+//                the best configs cached for other shapes of the kernel (warm starts)
+//   pruning      driver::lower on each (plan rules, backend check, fast-memory budget): a
+//                ConfigError means the config is never compiled; counted per reason
+//   compiling    in forked worker processes, one per core, each with a timeout; the next
+//                candidates compile while the current one is timed
+//   running      each candidate in a fresh runner process (process.h says why fresh): crash,
+//                hang (timeout), out of memory are recorded as failures and tuning goes on
+//   accuracy     outputs compared with the reference (when the caller has one) or the default
+//                config's outputs, within default_tolerance(dtype); a mismatch is rejected
+//   timing       warm-up, repeated runs, median; compiles are paused (SIGSTOP) while samples
+//                are taken; the top few and the default are re-timed round-robin at the end
+//   cache        cache.h; the tuning process holds a lock file so that two processes tuning
+//                the same kernel and shape do it once
+//
+// The driver calls the tuner through a hook (driver::set_tune_hook) so that it does not
+// depend on this layer; install() sets it, and linking this library's tuner sets it too.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "deuteron/kernel.h"
+#include "driver/driver.h"
+
+namespace deuteron::autotune {
+
+struct TuneOptions {
+  std::string effort = "quick";  // none (default config), quick (about a minute), full
+  std::string search = "auto";   // auto: exhaustive when the valid space fits the budget, else
+                                 // pattern; or random, pattern, de, exhaustive
+  uint64_t seed = 0;
+  bool read_cache = true;   // false: tune again even if an entry exists (--retune)
+  bool write_cache = true;  // store the best config (and the log)
+  bool warm_start = true;   // seed the search with other shapes' cached configs
+  // The arguments to tune with; empty: tensors of the specialisation's shapes, uniform in
+  // [-1, 1) for floats and 0 for integers (often indices), and 0.5 / 1 for float / integer
+  // scalars.
+  std::vector<Arg> args;
+  // Configs to evaluate right after the default one, before the search's own (completed into
+  // the space; they count against max_candidates).
+  std::vector<config::Config> candidates;
+  // Expected outputs for `args` (the catalogue's reference). Without it the default config's
+  // outputs are the baseline every candidate is checked against.
+  std::function<std::vector<Tensor>(const std::vector<Arg>&)> reference;
+  // The tolerance outputs are checked with; empty: default_tolerance(dtype).
+  std::function<Tolerance(DType)> tolerance;
+  int jobs = 0;  // compile workers; 0: one per core
+  double compile_timeout_s = 60;
+  double run_timeout_s = 0;        // per candidate; 0: from the default config's time
+  int64_t memory_limit_bytes = 0;  // address space a runner may add; 0: 4 GiB
+  double time_budget_s = 0;        // 0: from the effort (quick 50 s, full 600 s)
+  int max_candidates = 0;          // compiled candidates; 0: from the effort (48, 400)
+  double sample_s = 0;             // timed runs per candidate, seconds; 0: from the effort
+  double retime_s = 0;             // timed runs per finalist at the end; 0: from the effort
+  std::string progress = "auto";   // auto (bar on a terminal, else lines), bar, lines, quiet
+  // Test hook, merged with $DEUTERON_AUTOTUNE_INJECT: "kind:substring;..." where kind is
+  // crash, hang, wrong, oom, compile_crash or compile_hang and substring is matched against
+  // the candidate's config as compact JSON (e.g. crash:"block_t0":8,).
+  std::string inject;
+};
+
+struct Candidate {
+  enum class Status { Ok, Pruned, Failed, Rejected, Skipped };
+  config::Config config;
+  Status status = Status::Skipped;
+  std::string origin;  // "default", "given", "warm start", "search"
+  std::string reason;  // why pruned, failed, rejected or skipped
+  double median_s = 0;  // screening median
+  int samples = 0;
+  double retimed_s = 0;  // finalists: median of the final round-robin re-timing
+  bool compiled = false;  // the compiler ran for it (not a kernel cache hit)
+  double compile_s = 0;
+};
+const char* status_name(Candidate::Status s);
+
+struct TuneResult {
+  config::Config best, default_config;
+  double best_s = 0, default_s = 0;  // medians measured in the same run (re-timed finalists)
+  bool from_cache = false;
+  std::string effort, search;
+  int tried = 0, ok = 0, failed = 0, rejected = 0, pruned = 0;
+  std::map<std::string, int> pruned_reasons;
+  double elapsed_s = 0;
+  double median_compile_s = 0;  // over candidates the compiler actually ran for
+  std::vector<Candidate> candidates;
+  std::string cache_path, log_path;
+  std::string pin() const;  // KernelOptions{.config = R"({...})"}
+};
+
+// Tunes (or finds in the cache) the config of a specialised kernel. Throws ArgumentError for
+// bad options, RuntimeError when no candidate at all ran correctly (then nothing is cached).
+TuneResult tune(const driver::Specialized& s, const TuneOptions& options = {});
+
+// The driver's tune hook: the cache, else tuning with `effort` ($DEUTERON_AUTOTUNE_SEARCH,
+// _SEED, _PROGRESS and DEUTERON_AUTOTUNE_RETUNE=1 apply). Never throws: when tuning fails it
+// says why on stderr and returns the default config.
+driver::Choice choose(const driver::Specialized& s, const std::string& effort);
+
+// Whether the tuner can time kernels on `target` (it has a harness for it).
+bool can_tune(const std::string& target);
+
+// Installs choose() as the driver's tune hook. Idempotent.
+void install();
+
+// Forgets what this process read from the cache and which corrupt entries it reported (as a
+// new process would). For tests.
+void clear_memory_cache();
+
+// How a ConfigError message is summarised as a pruning reason ("fast memory over budget").
+std::string prune_reason(const std::string& message);
+
+}  // namespace deuteron::autotune

@@ -1,0 +1,108 @@
+// The CPU target's harness: compile = the backend's compile (which fills the on-disk kernel
+// cache); run = deuteron-runner, built from cpu_runner_source.h into the cache on first use.
+#include <filesystem>
+#include <mutex>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "autotune/cpu_runner_source.h"
+#include "autotune/autotune.h"
+#include "autotune/harness.h"
+#include "autotune/process.h"
+#include "backends/cpu/codegen.h"
+#include "backends/cpu/compiler.h"
+#include "backends/cpu/hardware.h"
+#include "deuteron/error.h"
+#include "runtime/disk_cache.h"
+
+namespace deuteron::autotune {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+class CpuHarness : public Harness {
+ public:
+  void prepare_parent() override {
+    (void)cpu::cpu_info();
+    (void)cpu::compiler_identity(cpu::default_compiler());
+  }
+
+  Prepared compile(const driver::Specialized& s, const plan::Plan& p) const override {
+    std::unique_ptr<backends::Executable> exe = s.backend->compile(p);
+    // The backend caches <stem>.cpp and <stem>.so side by side (cpu/compiler.h); the entry
+    // point's signature is documented in cpu/codegen.h.
+    fs::path so = fs::path(exe->source_path).replace_extension(".so");
+    Prepared out;
+    out.kernel_line = fmt::format("kernel {} {} {} {}", (p.fast_memory_bytes + 63) / 64 * 64,
+                                  std::max(p.threads, 1), cpu::entry_name(p), so.string());
+    out.compiled = exe->compiled;
+    out.compile_seconds = exe->compile_seconds;
+    return out;
+  }
+
+  std::vector<std::string> runner_command() override {
+    std::lock_guard lock(mu_);
+    std::string compiler = cpu::default_compiler();
+    std::vector<std::string> flags = {"-O2", "-std=c++17", "-fopenmp"};
+    std::string key = hash_hex(fmt::format("deuteron-runner v1\n{}\n{}\n{}\n{}", compiler,
+                                           cpu::compiler_identity(compiler), fmt::join(flags, " "),
+                                           kCpuRunnerSource));
+    fs::path dir = cache_root() / "autotune" / "bin";
+    fs::path exe = dir / ("deuteron-runner-" + key.substr(0, 16));
+    std::error_code ec;
+    if (fs::exists(exe, ec)) return {exe.string()};
+
+    fs::path src = dir / ("deuteron-runner-" + key.substr(0, 16) + ".cpp");
+    atomic_write(src, kCpuRunnerSource);
+    fs::path tmp = exe;
+    tmp += ".tmp-" + unique_suffix();
+    std::vector<std::string> argv;
+    {
+      std::istringstream words(compiler);
+      for (std::string w; words >> w;) argv.push_back(w);
+    }
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.push_back(src.string());
+    argv.push_back("-o");
+    argv.push_back(tmp.string());
+    argv.push_back("-ldl");
+    // posix_spawn does no PATH lookup: resolve a bare compiler name here.
+    if (argv[0].find('/') == std::string::npos) argv.insert(argv.begin(), "/usr/bin/env");
+    proc::Result r = proc::run(argv, 120);
+    if (r.timed_out || !r.exit.exited || r.exit.code != 0) {
+      fs::remove(tmp, ec);
+      throw CompileError(fmt::format("cannot build the autotuner's runner program ({}):\n{}",
+                                     r.timed_out ? "timed out" : r.exit.describe(), r.output),
+                         "", "the source is kept at " + src.string());
+    }
+    fs::rename(tmp, exe, ec);
+    if (ec && !fs::exists(exe)) throw RuntimeError("cannot install " + exe.string() + ": " + ec.message());
+    fs::remove(tmp, ec);
+    return {exe.string()};
+  }
+
+  std::string hardware_fingerprint(const driver::Specialized& s) const override {
+    const cpu::CpuInfo& info = cpu::cpu_info();
+    config::TargetLimits l = s.backend->limits();
+    return fmt::format("cpu {} | {} | cores {} | fast memory {}", info.model_name, info.features_key,
+                       l.cores, l.fast_memory_bytes);
+  }
+
+ private:
+  std::mutex mu_;
+};
+
+}  // namespace
+
+bool can_tune(const std::string& target) { return target == "cpu"; }
+
+std::unique_ptr<Harness> harness_for(const std::string& target) {
+  if (target == "cpu") return std::make_unique<CpuHarness>();
+  throw ArgumentError(fmt::format("the autotuner cannot time kernels on the '{}' target yet", target), "",
+                      "pin a config (KernelOptions{.config = ...}) or tune on the cpu target");
+}
+
+}  // namespace deuteron::autotune

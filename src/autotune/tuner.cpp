@@ -1,0 +1,1162 @@
+// The tuning loop: one process (this one) proposes, prunes, hands candidates to compile
+// workers, runs each compiled candidate in a runner, checks and times it, and feeds the cost
+// back to the search strategy. Single-threaded: everything is driven by poll() over the
+// workers' pipes, so no thread of ours holds a lock while a worker is forked.
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "autotune/autotune.h"
+#include "autotune/cache.h"
+#include "autotune/harness.h"
+#include "autotune/process.h"
+#include "autotune/progress.h"
+#include "autotune/search.h"
+#include "deuteron/error.h"
+#include "runtime/disk_cache.h"
+
+namespace deuteron::autotune {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+using config::Config;
+
+const char* status_name(Candidate::Status s) {
+  switch (s) {
+    case Candidate::Status::Ok: return "ok";
+    case Candidate::Status::Pruned: return "pruned";
+    case Candidate::Status::Failed: return "failed";
+    case Candidate::Status::Rejected: return "rejected";
+    case Candidate::Status::Skipped: return "skipped";
+  }
+  return "?";
+}
+
+std::string TuneResult::pin() const {
+  return fmt::format("KernelOptions{{.config = R\"({})\"}}", best.dump());
+}
+
+std::string prune_reason(const std::string& message) {
+  if (message.find("fast memory") != std::string::npos) return "fast memory over budget";
+  // Otherwise the message without the config and numbers, so that alike reasons add up.
+  std::string out;
+  int depth = 0;
+  for (char c : message) {
+    if (c == '{') ++depth;
+    if (depth == 0) out += std::isdigit(static_cast<unsigned char>(c)) ? 'N' : c;
+    if (c == '}' && depth > 0) --depth;
+  }
+  std::string squeezed;
+  for (char c : out)
+    if (!(c == 'N' && !squeezed.empty() && squeezed.back() == 'N')) squeezed += c;
+  size_t start = squeezed.find_first_not_of(" :");
+  squeezed = start == std::string::npos ? "" : squeezed.substr(start);
+  if (squeezed.size() > 80) squeezed = squeezed.substr(0, 77) + "...";
+  return squeezed.empty() ? "illegal config" : squeezed;
+}
+
+namespace {
+
+// ---- process-wide state ------------------------------------------------------------------
+
+std::mutex g_mu;                                // guards the two maps below
+std::map<std::string, CacheEntry> g_memory;     // entries read or written by this process
+std::set<std::string> g_reported;               // corrupt entries already reported
+std::mutex g_tune_mu;                           // one tuning at a time in a process
+
+// ---- effort ------------------------------------------------------------------------------
+
+struct Budget {
+  int max_candidates;
+  double time_s;
+  double warmup_s, sample_s;
+  int min_reps, max_reps;
+  int finalists;
+  double retime_s;  // per finalist
+};
+
+Budget budget_for(const std::string& effort) {
+  if (effort == "quick") return {48, 50.0, 0.02, 0.10, 3, 60, 4, 0.4};
+  if (effort == "full") return {400, 600.0, 0.05, 0.30, 5, 300, 8, 1.5};
+  throw ArgumentError(fmt::format("unknown autotuning effort '{}'", effort), "",
+                      "use none, quick or full");
+}
+
+int cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, int(sysconf(_SC_NPROCESSORS_ONLN)));
+}
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+// ---- injected failures (tests) -----------------------------------------------------------
+
+struct Injection {
+  std::vector<std::pair<std::string, std::string>> rules;  // kind, substring
+
+  explicit Injection(const std::string& spec) {
+    std::string all = spec;
+    std::string e = env("DEUTERON_AUTOTUNE_INJECT");
+    if (!e.empty()) all += (all.empty() ? "" : ";") + e;
+    std::istringstream in(all);
+    for (std::string part; std::getline(in, part, ';');) {
+      size_t colon = part.find(':');
+      if (part.empty()) continue;
+      if (colon == std::string::npos)
+        throw ArgumentError(fmt::format("bad autotune injection '{}'", part), "",
+                            "write kind:substring, kind one of crash, hang, wrong, oom, "
+                            "compile_crash, compile_hang");
+      std::string kind = part.substr(0, colon);
+      static const std::set<std::string> kinds = {"crash", "hang", "wrong", "oom", "compile_crash", "compile_hang"};
+      if (!kinds.count(kind))
+        throw ArgumentError(fmt::format("bad autotune injection kind '{}'", kind), "",
+                            "kinds: crash, hang, wrong, oom, compile_crash, compile_hang");
+      rules.push_back({kind, part.substr(colon + 1)});
+    }
+  }
+  // The first rule whose substring occurs in the config, else "none".
+  std::string for_config(const std::string& dump, bool compile_stage) const {
+    for (auto& [kind, sub] : rules) {
+      bool compile_kind = kind.rfind("compile_", 0) == 0;
+      if (compile_kind == compile_stage && dump.find(sub) != std::string::npos) return kind;
+    }
+    return "none";
+  }
+};
+
+// ---- the tensors, in shared memory --------------------------------------------------------
+
+class Arena {
+ public:
+  struct Slot {
+    size_t off = 0, bytes = 0;
+    bool output = false;
+    Tensor view;
+  };
+
+  Arena(const driver::Specialized& s, const std::vector<Arg>& args, uint64_t seed) {
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    size_t total = 0;
+    for (const ir::HostTensor& t : s.ir.tensors) {
+      Slot slot;
+      slot.output = t.role == ir::HostRole::Output;
+      int64_t extent = 1;
+      bool empty = false;
+      for (size_t d = 0; d < t.shape.size(); ++d) {
+        if (t.shape[d] == 0) empty = true;
+        int64_t stride = d < t.strides.size() ? t.strides[d] : 0;
+        if (stride < 0)
+          throw ArgumentError(fmt::format("cannot tune with a negatively strided argument ({})", t.name));
+        extent += (t.shape[d] - 1) * stride;
+      }
+      if (empty) extent = 0;
+      if (slot.output) {
+        extent = 1;
+        for (int64_t d : t.shape) extent *= d;
+      }
+      slot.bytes = size_t(extent) * size_t(dtype_size(t.dtype));
+      slot.off = total;
+      total += (std::max<size_t>(slot.bytes, 1) + page - 1) / page * page;
+      slots_.push_back(slot);
+    }
+    bytes_ = std::max<size_t>(total, page);
+    int fd = memfd_create("deuteron-autotune", MFD_CLOEXEC);
+    if (fd < 0) throw RuntimeError(fmt::format("memfd_create failed: {}", std::strerror(errno)));
+    // Away from 0-3, so that handing it to a runner as descriptor 3 is a plain dup2.
+    fd_ = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+    ::close(fd);
+    if (fd_ < 0 || ftruncate(fd_, off_t(bytes_)) != 0)
+      throw RuntimeError(fmt::format("cannot size the tuning buffers ({} bytes): {}", bytes_,
+                                     std::strerror(errno)));
+    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+    if (p == MAP_FAILED) throw RuntimeError(fmt::format("cannot map the tuning buffers: {}", std::strerror(errno)));
+    base_ = static_cast<char*>(p);
+
+    for (size_t i = 0; i < s.ir.tensors.size(); ++i) {
+      const ir::HostTensor& t = s.ir.tensors[i];
+      Slot& slot = slots_[i];
+      char* at = base_ + slot.off;
+      if (!slot.output && slot.bytes > 0) {
+        if (!args.empty()) {
+          const Tensor& a = std::get<Tensor>(args.at(size_t(t.arg_index)));
+          std::memcpy(at, a.data(), slot.bytes);
+        } else if (is_floating(t.dtype)) {
+          int64_t n = int64_t(slot.bytes) / dtype_size(t.dtype);
+          Tensor r = Tensor::rand({n}, t.dtype, seed * 1000003 + i + 1);
+          std::memcpy(at, r.data(), slot.bytes);
+        } else {
+          // Integer inputs are often indices (labels, gathers): 0 is valid for any extent.
+          std::memset(at, 0, slot.bytes);
+        }
+      }
+      slot.view = Tensor::borrow(at, t.shape, t.dtype, slot.output ? std::vector<int64_t>{} : t.strides);
+    }
+    for (const ir::ScalarParam& sp : s.ir.scalars) {
+      if (!args.empty()) {
+        const Arg& a = args.at(size_t(sp.arg_index));
+        scalars_.push_back(std::holds_alternative<double>(a) ? std::get<double>(a)
+                                                             : double(std::get<int64_t>(a)));
+      } else {
+        scalars_.push_back(is_floating(sp.dtype) ? 0.5 : 1.0);
+      }
+    }
+  }
+  ~Arena() {
+    if (base_) munmap(base_, bytes_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  int fd() const { return fd_; }
+  const std::vector<Slot>& slots() const { return slots_; }
+
+  // The runner commands that describe the tensors.
+  std::string request() const {
+    std::string r = fmt::format("arena 3 {}\n", bytes_);
+    for (const Slot& s : slots_)
+      if (s.bytes > 0) r += fmt::format("region {} {} {}\n", s.off, s.bytes, s.output ? "rw" : "ro");
+    for (const Slot& s : slots_) r += fmt::format("tensor {}\n", s.off);
+    for (double v : scalars_) r += fmt::format("scalar {:.17g}\n", v);
+    return r;
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  int fd_ = -1;
+  char* base_ = nullptr;
+  size_t bytes_ = 0;
+  std::vector<Slot> slots_;
+  std::vector<double> scalars_;
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string now_text() {
+  std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+// ---- one tuning run ------------------------------------------------------------------------
+
+class Tuner {
+ public:
+  Tuner(const driver::Specialized& s, const TuneOptions& o, Harness& h, const CacheKey& key)
+      : s_(s), o_(o), harness_(h), key_(key), budget_(budget_for(o.effort)), inject_(o.inject) {
+    if (o.time_budget_s > 0) budget_.time_s = o.time_budget_s;
+    if (o.max_candidates > 0) budget_.max_candidates = o.max_candidates;
+    if (o.sample_s > 0) budget_.sample_s = o.sample_s;
+    if (o.retime_s > 0) budget_.retime_s = o.retime_s;
+    jobs_ = o.jobs > 0 ? o.jobs : cores();
+  }
+
+  ~Tuner();
+  TuneResult run();
+  // The log of every candidate, next to the cache entry.
+  void write_log(const TuneResult& r);
+
+ private:
+  struct Eval {
+    Candidate c;
+    std::string key, inject, kernel_line;
+    plan::Plan plan;
+    int reports = 0;  // proposals waiting for its cost
+    bool done = false;
+  };
+  struct CompileJob {
+    int eval;
+    pid_t pid;
+    int fd;
+    double deadline;
+    std::string out;
+    bool stopped = false;
+  };
+  struct RunnerJob {
+    std::vector<int> evals;
+    bool retime = false;
+    proc::Spawned sp;
+    double deadline = 0, timeout_s = 0;
+    std::string out, err;
+    bool io_open = true, err_open = true, timed_out = false, done = false, ready = false;
+    std::map<int, std::vector<double>> samples;
+    std::string error;
+  };
+
+  // Proposals, pruning and compiles.
+  void propose();
+  void add_candidate(const Config& c, const std::string& origin, bool from_strategy);
+  void start_compile(int e);
+  void finish_compile(CompileJob& job);
+  // Runs.
+  void start_runner(const std::vector<int>& evals, bool retime);
+  void handle_runner_output();
+  void finish_runner();
+  void finish_candidate(int e, Candidate::Status st, const std::string& reason);
+  std::string check_outputs();
+  // Compiles pause while samples are taken.
+  void pause_compiles(int keep);
+  void resume_compiles();
+  void kill_compiles(const std::string& why);
+  void poll_once(double max_wait);
+  void retime_finalists();
+  void report_progress(bool force);
+  double elapsed() const { return proc::now() - start_; }
+  double run_timeout() const;
+  std::string choose_search();
+  TuneResult result();
+
+  const driver::Specialized& s_;
+  const TuneOptions& o_;
+  Harness& harness_;
+  CacheKey key_;
+  Budget budget_;
+  Injection inject_;
+  int jobs_ = 1;
+  double start_ = proc::now();
+
+  std::unique_ptr<Arena> arena_;
+  std::vector<std::string> runner_cmd_;
+  std::unique_ptr<Strategy> strategy_;
+  std::string search_;
+  std::vector<Eval> evals_;
+  std::map<std::string, int> by_key_;
+  std::map<std::string, std::string> seed_origin_;  // seeds' origins (the strategy proposes them)
+  std::deque<int> ready_;
+  std::vector<CompileJob> compiles_;
+  std::unique_ptr<RunnerJob> runner_;
+  bool paused_ = false;
+  double paused_at_ = 0;
+  bool strategy_done_ = false, stopped_ = false, first_compile_done_ = false;
+  int started_ = 0;  // candidates sent to compile
+  std::string stop_reason_;
+
+  // Accuracy baseline.
+  std::vector<Tensor> expected_;
+  std::string baseline_from_;  // "reference", "default config", "candidate #N"
+  double base_time_ = 0;       // the first correct candidate's median (normally the default's)
+  double best_time_ = 0;
+
+  std::unique_ptr<Progress> progress_;
+  std::vector<std::string> log_lines_;
+};
+
+std::string Tuner::choose_search() {
+  if (o_.search != "auto") return o_.search;
+  // Small spaces: count what survives pruning (lowering is cheap) and try all of it.
+  if (s_.space.size() <= 20000) {
+    int valid = 0;
+    for (const Config& c : enumerate(s_.space, 20000)) {
+      try {
+        driver::lower(s_, c);
+        ++valid;
+      } catch (const ConfigError&) {
+      }
+      if (valid > budget_.max_candidates) break;
+    }
+    if (valid <= budget_.max_candidates) return "exhaustive";
+  }
+  return "pattern";
+}
+
+double Tuner::run_timeout() const {
+  if (o_.run_timeout_s > 0) return o_.run_timeout_s;
+  if (base_time_ <= 0) return 60;
+  return std::max(5.0, 4 * (budget_.warmup_s + budget_.sample_s) + 60 * base_time_);
+}
+
+Tuner::~Tuner() {
+  // Only reached with work in flight when an exception leaves run(): leave no process behind.
+  for (CompileJob& job : compiles_) {
+    proc::signal_tree(job.pid, SIGKILL);
+    proc::Exit ex;
+    proc::reap(job.pid, &ex, true);
+    ::close(job.fd);
+  }
+  if (runner_) {
+    proc::signal_tree(runner_->sp.pid, SIGKILL);
+    proc::Exit ex;
+    proc::reap(runner_->sp.pid, &ex, true);
+    ::close(runner_->sp.io);
+    ::close(runner_->sp.err);
+  }
+}
+
+void Tuner::add_candidate(const Config& c, const std::string& origin, bool from_strategy) {
+  std::string key = c.dump();
+  if (auto it = by_key_.find(key); it != by_key_.end()) {
+    Eval& e = evals_[size_t(it->second)];
+    if (!from_strategy) return;
+    if (e.done) {
+      strategy_->report(e.c.config, e.c.status == Candidate::Status::Ok ? e.c.median_s : kFailed);
+    } else {
+      ++e.reports;
+    }
+    return;
+  }
+  int id = int(evals_.size());
+  evals_.push_back(Eval{});
+  Eval& e = evals_.back();
+  e.c.config = c;
+  e.c.origin = origin;
+  if (auto it = seed_origin_.find(key); it != seed_origin_.end()) e.c.origin = it->second;
+  e.key = key;
+  e.reports = from_strategy ? 1 : 0;
+  by_key_[key] = id;
+  try {
+    e.plan = driver::lower(s_, c);
+  } catch (const ConfigError& err) {
+    finish_candidate(id, Candidate::Status::Pruned, prune_reason(err.message()));
+    return;
+  } catch (const Error& err) {
+    finish_candidate(id, Candidate::Status::Failed, "lowering failed: " + err.message());
+    return;
+  }
+  e.inject = inject_.for_config(key, true);
+  start_compile(id);
+}
+
+void Tuner::propose() {
+  if (stopped_) return;
+  for (;;) {
+    if (started_ >= budget_.max_candidates) {
+      stop_reason_ = fmt::format("{} candidates compiled (the {} budget)", started_, o_.effort);
+      stopped_ = true;
+      return;
+    }
+    if (elapsed() >= budget_.time_s) {
+      stop_reason_ = fmt::format("time budget of {:.0f} s spent", budget_.time_s);
+      stopped_ = true;
+      kill_compiles("skipped: the time budget ran out while it compiled");
+      return;
+    }
+    if (strategy_done_ || paused_) return;
+    int limit = first_compile_done_ ? jobs_ : 1;  // the first compile may build the PCH: alone
+    if (int(compiles_.size()) >= limit) return;
+    if (int(ready_.size() + compiles_.size()) >= jobs_ + 1) return;
+    Proposal p = strategy_->next();
+    if (p.kind == Proposal::Kind::Done) {
+      strategy_done_ = true;
+      return;
+    }
+    if (p.kind == Proposal::Kind::Wait) return;
+    add_candidate(s_.space.complete(p.config), "search", true);
+  }
+}
+
+void Tuner::start_compile(int id) {
+  Eval& e = evals_[size_t(id)];
+  ++started_;
+  e.c.status = Candidate::Status::Skipped;
+  const driver::Specialized& s = s_;
+  const Harness& h = harness_;
+  const plan::Plan& plan = e.plan;
+  std::string inject = e.inject;
+  proc::Forked f = proc::fork_child([&s, &h, &plan, inject](int fd) {
+    if (inject == "compile_crash") *static_cast<volatile int*>(nullptr) = 1;
+    if (inject == "compile_hang")
+      for (;;) pause();
+    Json out;
+    try {
+      Prepared p = h.compile(s, plan);
+      out = {{"ok", true}, {"line", p.kernel_line}, {"compiled", p.compiled}, {"seconds", p.compile_seconds}};
+    } catch (const std::exception& ex) {
+      out = {{"ok", false}, {"error", ex.what()}};
+    }
+    proc::write_all(fd, out.dump());
+  });
+  compiles_.push_back({id, f.pid, f.fd, proc::now() + o_.compile_timeout_s, ""});
+}
+
+void Tuner::finish_compile(CompileJob& job) {
+  proc::Exit ex;
+  proc::reap(job.pid, &ex, true);
+  ::close(job.fd);
+  first_compile_done_ = true;
+  Eval& e = evals_[size_t(job.eval)];
+  if (!ex.exited) {
+    finish_candidate(job.eval, Candidate::Status::Failed, fmt::format("compile worker {}", ex.describe()));
+    return;
+  }
+  Json j;
+  try {
+    j = Json::parse(job.out);
+  } catch (const Json::exception&) {
+    finish_candidate(job.eval, Candidate::Status::Failed,
+                     fmt::format("compile worker ended ({}) without a result", ex.describe()));
+    return;
+  }
+  if (!j.value("ok", false)) {
+    std::string msg = j.value("error", std::string("unknown error"));
+    finish_candidate(job.eval, Candidate::Status::Failed, "compile failed: " + msg.substr(0, 2000));
+    return;
+  }
+  e.kernel_line = j["line"];
+  e.c.compiled = j.value("compiled", false);
+  e.c.compile_s = j.value("seconds", 0.0);
+  ready_.push_back(job.eval);
+}
+
+void Tuner::kill_compiles(const std::string& why) {
+  for (CompileJob& job : compiles_) {
+    proc::signal_tree(job.pid, SIGKILL);
+    proc::Exit ex;
+    proc::reap(job.pid, &ex, true);
+    ::close(job.fd);
+    finish_candidate(job.eval, Candidate::Status::Skipped, why);
+  }
+  compiles_.clear();
+  paused_ = false;
+}
+
+// Stops all compile workers but the `keep` oldest (nearest to done).
+void Tuner::pause_compiles(int keep) {
+  if (paused_) return;
+  for (size_t i = 0; i < compiles_.size(); ++i) {
+    if (int(i) < keep) continue;
+    proc::signal_tree(compiles_[i].pid, SIGSTOP);
+    compiles_[i].stopped = true;
+  }
+  paused_ = true;
+  paused_at_ = proc::now();
+}
+
+void Tuner::resume_compiles() {
+  if (!paused_) return;
+  double stopped_for = proc::now() - paused_at_;
+  for (CompileJob& job : compiles_) {
+    if (!job.stopped) continue;
+    proc::signal_tree(job.pid, SIGCONT);
+    job.deadline += stopped_for;
+    job.stopped = false;
+  }
+  paused_ = false;
+}
+
+void Tuner::start_runner(const std::vector<int>& evals, bool retime) {
+  auto job = std::make_unique<RunnerJob>();
+  job->evals = evals;
+  job->retime = retime;
+  std::string req = arena_->request();
+  for (int e : evals) req += evals_[size_t(e)].kernel_line + "\n";
+  if (retime) {
+    double budget = budget_.retime_s * double(evals.size());
+    req += fmt::format("timing {} 5 100000 {} 0 0\n", budget_.warmup_s * 2, budget);
+    req += "inject none\n";
+    job->timeout_s = 30 + 4 * budget + 20 * base_time_ * double(evals.size());
+  } else {
+    const Eval& e = evals_[size_t(evals[0])];
+    double cutoff = best_time_ > 0 ? 20 * best_time_ : 0;
+    req += fmt::format("timing {} {} {} {} {} 1\n", budget_.warmup_s, budget_.min_reps, budget_.max_reps,
+                       budget_.sample_s, cutoff);
+    req += fmt::format("inject {}\n", inject_.for_config(e.key, false));
+    job->timeout_s = run_timeout();
+  }
+  job->deadline = proc::now() + job->timeout_s;
+  int64_t mem = o_.memory_limit_bytes > 0 ? o_.memory_limit_bytes : (int64_t(4) << 30);
+  req += fmt::format("memlimit {}\nrun\n", mem);
+  job->sp = proc::spawn(runner_cmd_, arena_->fd());
+  proc::write_all(job->sp.io, req);
+  runner_ = std::move(job);
+}
+
+void Tuner::handle_runner_output() {
+  RunnerJob& r = *runner_;
+  size_t nl;
+  while ((nl = r.out.find('\n')) != std::string::npos) {
+    std::string line = r.out.substr(0, nl);
+    r.out.erase(0, nl + 1);
+    std::istringstream in(line);
+    std::string word;
+    in >> word;
+    if (word == "ready") {
+      // Runs next: stop the compilers that would share the candidate's cores.
+      int threads = r.retime ? jobs_ : std::max(evals_[size_t(r.evals[0])].plan.threads, 1);
+      pause_compiles(std::max(0, cores() - threads));
+      r.ready = true;
+      proc::write_all(r.sp.io, "go\n");
+    } else if (word == "samples") {
+      size_t k = 0, n = 0;
+      in >> k >> n;
+      std::vector<double> v;
+      for (double t; v.size() < n && in >> t;) v.push_back(t);
+      if (k < r.evals.size()) r.samples[int(k)] = v;
+    } else if (word == "done") {
+      r.done = true;
+    } else if (word == "error") {
+      r.error = line.size() > 6 ? line.substr(6) : "unknown error";
+    }
+  }
+}
+
+std::string Tuner::check_outputs() {
+  const auto& slots = arena_->slots();
+  if (expected_.empty()) {
+    for (int o : s_.ir.outputs) expected_.push_back(slots[size_t(o)].view.to(slots[size_t(o)].view.dtype()));
+    return "";
+  }
+  for (size_t i = 0; i < s_.ir.outputs.size() && i < expected_.size(); ++i) {
+    const Tensor& got = slots[size_t(s_.ir.outputs[i])].view;
+    Tolerance tol = o_.tolerance ? o_.tolerance(got.dtype()) : default_tolerance(got.dtype());
+    CloseResult c = allclose(got, expected_[i], tol.rtol, tol.atol);
+    if (!c.close)
+      return fmt::format("wrong answer: output {} differs from the {} at {} of {} elements "
+                         "(max abs error {:.3g} at flat index {})",
+                         i, baseline_from_, c.num_bad, got.numel(), c.max_abs_err, c.worst_index);
+  }
+  return "";
+}
+
+void Tuner::finish_runner() {
+  RunnerJob& r = *runner_;
+  proc::Exit ex;
+  proc::reap(r.sp.pid, &ex, true);
+  ::close(r.sp.io);
+  ::close(r.sp.err);
+  resume_compiles();
+
+  std::string failure;
+  if (r.timed_out) {
+    failure = fmt::format("timed out after {:.1f} s (killed)", r.timeout_s);
+  } else if (!ex.exited) {
+    failure = ex.signal == SIGKILL ? "killed by SIGKILL (out of memory?)" : "crashed: " + ex.describe();
+  } else if (ex.code == 3) {
+    failure = "out of memory: " + r.error;
+  } else if (ex.code != 0 || !r.done) {
+    std::string err = r.error.empty() ? r.err : r.error;
+    while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
+    failure = fmt::format("runner failed ({}){}{}", ex.describe(), err.empty() ? "" : ": ", err.substr(0, 2000));
+  }
+
+  if (r.retime) {
+    if (!failure.empty()) {
+      progress_->message(fmt::format("re-timing the finalists failed ({}); using the first timings", failure));
+    } else {
+      for (size_t k = 0; k < r.evals.size(); ++k)
+        evals_[size_t(r.evals[k])].c.retimed_s = median(r.samples[int(k)]);
+    }
+    runner_.reset();
+    return;
+  }
+
+  int id = r.evals[0];
+  Eval& e = evals_[size_t(id)];
+  if (failure.empty() && r.samples[0].empty()) failure = "runner reported no timings";
+  if (!failure.empty()) {
+    runner_.reset();
+    finish_candidate(id, Candidate::Status::Failed, failure);
+    return;
+  }
+  e.c.samples = int(r.samples[0].size());
+  e.c.median_s = median(r.samples[0]);
+  runner_.reset();
+  bool first = expected_.empty();
+  std::string wrong = check_outputs();
+  if (first) {
+    baseline_from_ = id == 0 ? "default config" : fmt::format("candidate #{}", id);
+    if (id != 0)
+      progress_->message(fmt::format("the default config failed; candidate #{} {} is the accuracy baseline",
+                                     id, e.c.config.dump()));
+  }
+  if (!wrong.empty()) {
+    finish_candidate(id, Candidate::Status::Rejected, wrong);
+    return;
+  }
+  if (base_time_ <= 0) base_time_ = e.c.median_s;
+  if (best_time_ <= 0 || e.c.median_s < best_time_) best_time_ = e.c.median_s;
+  finish_candidate(id, Candidate::Status::Ok, "");
+}
+
+void Tuner::finish_candidate(int id, Candidate::Status st, const std::string& reason) {
+  Eval& e = evals_[size_t(id)];
+  e.c.status = st;
+  e.c.reason = reason;
+  e.done = true;
+  if (st == Candidate::Status::Failed || st == Candidate::Status::Rejected)
+    progress_->message(fmt::format("candidate #{} {} {}: {}", id, e.c.config.dump(),
+                                   st == Candidate::Status::Failed ? "failed" : "rejected", reason));
+  double cost = st == Candidate::Status::Ok ? e.c.median_s : kFailed;
+  for (; e.reports > 0; --e.reports) strategy_->report(e.c.config, cost);
+}
+
+void Tuner::poll_once(double max_wait) {
+  std::vector<pollfd> fds;
+  for (CompileJob& j : compiles_) fds.push_back({j.fd, POLLIN, 0});
+  size_t runner_at = fds.size();
+  if (runner_) {
+    fds.push_back({runner_->io_open ? runner_->sp.io : -1, POLLIN, 0});
+    fds.push_back({runner_->err_open ? runner_->sp.err : -1, POLLIN, 0});
+  }
+  double wait = max_wait;
+  double now = proc::now();
+  for (CompileJob& j : compiles_)
+    if (!j.stopped) wait = std::min(wait, j.deadline - now);
+  if (runner_) wait = std::min(wait, runner_->deadline - now);
+  wait = std::max(wait, 0.0);
+  int n = ::poll(fds.data(), fds.size(), int(wait * 1000) + 1);
+  if (n < 0 && errno != EINTR) throw RuntimeError(fmt::format("poll failed: {}", std::strerror(errno)));
+
+  char buf[65536];
+  auto drain = [&](int fd, std::string& into, bool* open) {
+    for (;;) {
+      ssize_t k = ::read(fd, buf, sizeof buf);
+      if (k > 0) {
+        if (into.size() < (4u << 20)) into.append(buf, size_t(k));
+        continue;
+      }
+      if (k < 0 && errno == EINTR) continue;
+      if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      *open = false;
+      return;
+    }
+  };
+
+  // Compile workers.
+  std::vector<CompileJob> still;
+  for (size_t i = 0; i < compiles_.size(); ++i) {
+    CompileJob& j = compiles_[i];
+    bool open = true;
+    if (n > 0 && fds[i].revents) drain(j.fd, j.out, &open);
+    if (!open) {
+      finish_compile(j);
+      continue;
+    }
+    if (!j.stopped && proc::now() > j.deadline) {
+      proc::signal_tree(j.pid, SIGKILL);
+      proc::Exit ex;
+      proc::reap(j.pid, &ex, true);
+      ::close(j.fd);
+      first_compile_done_ = true;
+      finish_candidate(j.eval, Candidate::Status::Failed,
+                       fmt::format("compile timed out after {:.0f} s (killed)", o_.compile_timeout_s));
+      continue;
+    }
+    still.push_back(j);
+  }
+  compiles_ = std::move(still);
+
+  // The runner.
+  if (runner_) {
+    RunnerJob& r = *runner_;
+    if (n > 0 && r.io_open && fds[runner_at].revents) {
+      drain(r.sp.io, r.out, &r.io_open);
+      handle_runner_output();
+    }
+    if (n > 0 && r.err_open && fds[runner_at + 1].revents) drain(r.sp.err, r.err, &r.err_open);
+    if (!r.io_open && !r.err_open) {
+      finish_runner();
+    } else if (proc::now() > r.deadline && !r.timed_out) {
+      r.timed_out = true;
+      proc::signal_tree(r.sp.pid, SIGKILL);
+    }
+  }
+}
+
+void Tuner::report_progress(bool force) {
+  Progress::State st;
+  for (const Eval& e : evals_) {
+    switch (e.c.status) {
+      case Candidate::Status::Ok: ++st.ok; break;
+      case Candidate::Status::Pruned: ++st.pruned; break;
+      case Candidate::Status::Failed: ++st.failed; break;
+      case Candidate::Status::Rejected: ++st.rejected; break;
+      default: break;
+    }
+  }
+  st.tried = st.ok + st.failed + st.rejected;
+  st.budget = budget_.max_candidates;
+  st.best_s = best_time_;
+  st.default_s = evals_.empty() || evals_[0].c.status != Candidate::Status::Ok ? 0 : evals_[0].c.median_s;
+  st.elapsed_s = elapsed();
+  st.time_budget_s = budget_.time_s;
+  st.compiling = int(compiles_.size());
+  progress_->update(st, force);
+}
+
+void Tuner::retime_finalists() {
+  std::vector<int> ok;
+  for (size_t i = 0; i < evals_.size(); ++i)
+    if (evals_[i].c.status == Candidate::Status::Ok) ok.push_back(int(i));
+  std::stable_sort(ok.begin(), ok.end(), [&](int a, int b) { return evals_[size_t(a)].c.median_s < evals_[size_t(b)].c.median_s; });
+  std::vector<int> finalists(ok.begin(), ok.begin() + std::min<size_t>(ok.size(), size_t(budget_.finalists)));
+  if (!evals_.empty() && evals_[0].c.status == Candidate::Status::Ok &&
+      std::find(finalists.begin(), finalists.end(), 0) == finalists.end())
+    finalists.push_back(0);  // the default too: the reported speed-up is measured side by side
+  if (finalists.size() < 2) {
+    for (int f : finalists) evals_[size_t(f)].c.retimed_s = evals_[size_t(f)].c.median_s;
+    return;
+  }
+  progress_->phase("re-timing the finalists");
+  start_runner(finalists, true);
+  while (runner_) {
+    poll_once(0.25);
+    report_progress(false);
+  }
+}
+
+TuneResult Tuner::result() {
+  TuneResult r;
+  r.effort = o_.effort;
+  r.search = search_;
+  r.default_config = s_.space.default_config();
+  std::vector<double> compile_times;
+  int best = -1;
+  auto time_of = [&](const Eval& e) { return e.c.retimed_s > 0 ? e.c.retimed_s : e.c.median_s; };
+  // The finalists (re-timed together) decide; others only if nothing was re-timed.
+  bool any_retimed = false;
+  for (const Eval& e : evals_) any_retimed = any_retimed || e.c.retimed_s > 0;
+  for (size_t i = 0; i < evals_.size(); ++i) {
+    const Eval& e = evals_[i];
+    r.candidates.push_back(e.c);
+    switch (e.c.status) {
+      case Candidate::Status::Ok: ++r.ok; break;
+      case Candidate::Status::Failed: ++r.failed; break;
+      case Candidate::Status::Rejected: ++r.rejected; break;
+      case Candidate::Status::Pruned:
+        ++r.pruned;
+        ++r.pruned_reasons[e.c.reason];
+        break;
+      default: break;
+    }
+    if (e.c.compiled) compile_times.push_back(e.c.compile_s);
+    if (e.c.status != Candidate::Status::Ok || (any_retimed && e.c.retimed_s <= 0)) continue;
+    if (best < 0 || time_of(e) < time_of(evals_[size_t(best)])) best = int(i);
+  }
+  r.tried = r.ok + r.failed + r.rejected;
+  r.median_compile_s = median(compile_times);
+  r.elapsed_s = elapsed();
+  if (best >= 0) {
+    r.best = evals_[size_t(best)].c.config;
+    r.best_s = time_of(evals_[size_t(best)]);
+  }
+  if (!evals_.empty() && evals_[0].c.status == Candidate::Status::Ok) r.default_s = time_of(evals_[0]);
+  return r;
+}
+
+void Tuner::write_log(const TuneResult& r) {
+  std::string log;
+  log += fmt::format("# deuteron autotune log, {}\n", now_text());
+  log += fmt::format("kernel    {}\nkey       {}\ntarget    {}\nhardware  {}\nversion   {}\nsource    {}\n",
+                     key_.kernel, key_.spec_key, key_.target, key_.hardware, key_.version, key_.source_hash);
+  log += fmt::format("effort    {}\nsearch    {} (seed {})\nbaseline  {}\n", o_.effort, search_, o_.seed,
+                     baseline_from_.empty() ? "none" : baseline_from_);
+  log += fmt::format("space     {} points\n{}", s_.space.size(), s_.space.describe());
+  log += "\n# candidate  status  median_ms  retimed_ms  samples  compile_s  origin  config  reason\n";
+  for (size_t i = 0; i < r.candidates.size(); ++i) {
+    const Candidate& c = r.candidates[i];
+    log += fmt::format("#{:<4} {:<8} {:>10} {:>10} {:>4} {:>6} {:<10} {}{}{}\n", i, status_name(c.status),
+                       c.status == Candidate::Status::Ok ? fmt::format("{:.4f}", c.median_s * 1e3) : "-",
+                       c.retimed_s > 0 ? fmt::format("{:.4f}", c.retimed_s * 1e3) : "-", c.samples,
+                       c.compiled ? fmt::format("{:.2f}", c.compile_s) : "-", c.origin, c.config.dump(),
+                       c.reason.empty() ? "" : "  ", c.reason);
+  }
+  log += fmt::format("\nstopped   {}\n", stop_reason_.empty() ? "search finished" : stop_reason_);
+  log += fmt::format("tried {}, ok {}, failed {}, rejected {}, pruned {}; {:.1f} s; median compile {:.2f} s\n",
+                     r.tried, r.ok, r.failed, r.rejected, r.pruned, r.elapsed_s, r.median_compile_s);
+  for (auto& [why, n] : r.pruned_reasons) log += fmt::format("pruned    {} x {}\n", n, why);
+  if (r.ok) {
+    log += fmt::format("best      {} {:.4f} ms\n", r.best.dump(), r.best_s * 1e3);
+    if (r.default_s > 0)
+      log += fmt::format("default   {} {:.4f} ms (best is {:.2f}x faster)\n", r.default_config.dump(),
+                         r.default_s * 1e3, r.default_s / r.best_s);
+    log += fmt::format("pin       {}\n", r.pin());
+  }
+  atomic_write(key_.log_path(), log);
+}
+
+TuneResult Tuner::run() {
+  progress_ = std::make_unique<Progress>(o_.progress, fmt::format("{} {}", key_.kernel, key_.spec_key));
+  harness_.prepare_parent();
+  arena_ = std::make_unique<Arena>(s_, o_.args, o_.seed);
+  if (o_.reference) {
+    if (o_.args.empty()) throw ArgumentError("TuneOptions::reference needs TuneOptions::args");
+    std::vector<Tensor> want = o_.reference(o_.args);
+    if (want.size() != s_.ir.outputs.size())
+      throw ArgumentError(fmt::format("the reference gives {} outputs, the kernel {}", want.size(),
+                                      s_.ir.outputs.size()));
+    expected_ = want;
+    baseline_from_ = "reference";
+  }
+
+  // Candidates: the default first (the baseline), then warm starts, then the search's.
+  std::vector<Config> seeds = {s_.space.default_config()};
+  std::vector<std::string> seed_origin = {"default"};
+  for (const Config& c : o_.candidates) {
+    Config full = s_.space.complete(c);
+    if (std::find(seeds.begin(), seeds.end(), full) != seeds.end()) continue;
+    seeds.push_back(full);
+    seed_origin.push_back("given");
+  }
+  size_t warm_limit = seeds.size() + 3;
+  if (o_.warm_start && o_.read_cache) {
+    for (const CacheEntry& e : related_entries(key_)) {
+      Config c = fit_into(s_.space, e.config);
+      if (std::find(seeds.begin(), seeds.end(), c) != seeds.end()) continue;
+      seeds.push_back(c);
+      seed_origin.push_back("warm start");
+      if (seeds.size() >= warm_limit) break;
+    }
+  }
+  for (size_t i = 0; i < seeds.size(); ++i) seed_origin_[seeds[i].dump()] = seed_origin[i];
+  search_ = choose_search();
+  StrategyOptions so;
+  so.seeds = seeds;
+  so.seed = o_.seed;
+  so.budget = budget_.max_candidates;
+  strategy_ = make_strategy(search_, s_.space, so);
+  progress_->start(fmt::format("tuning {} for {} on {}: {} search, effort {} ({} configs, {} compile jobs)",
+                               key_.kernel, key_.spec_key, key_.target, search_, o_.effort, s_.space.size(), jobs_));
+  if (int n = int(std::count(seed_origin.begin(), seed_origin.end(), "warm start")); n > 0)
+    progress_->message(fmt::format("warm start from {} cached config(s) of other shapes", n));
+
+  // The default's compile starts before the runner is built (it may take a second).
+  add_candidate(seeds[0], "default", false);
+  runner_cmd_ = harness_.runner_command();
+
+  for (;;) {
+    propose();
+    if (!runner_ && !ready_.empty() && !(stopped_ && elapsed() >= budget_.time_s)) {
+      int id = ready_.front();
+      ready_.pop_front();
+      start_runner({id}, false);
+    }
+    if (stopped_ && elapsed() >= budget_.time_s) {
+      for (int id : ready_) finish_candidate(id, Candidate::Status::Skipped, "skipped: the time budget ran out");
+      ready_.clear();
+    }
+    bool idle = !runner_ && compiles_.empty() && ready_.empty();
+    if (idle && (stopped_ || strategy_done_)) break;
+    if (idle && !stopped_) {
+      // Nothing in flight and the strategy waits: it cannot get an answer. Treat as done.
+      Proposal p = strategy_->next();
+      if (p.kind == Proposal::Kind::Evaluate) {
+        add_candidate(s_.space.complete(p.config), "search", true);
+        continue;
+      }
+      if (p.kind == Proposal::Kind::Done || p.kind == Proposal::Kind::Wait) {
+        strategy_done_ = true;
+        continue;
+      }
+    }
+    poll_once(0.2);
+    report_progress(false);
+  }
+  if (stop_reason_.empty()) stop_reason_ = "search finished";
+  retime_finalists();
+  report_progress(true);
+  TuneResult r = result();
+  progress_->finish();
+  return r;
+}
+
+// ---- cache lookups -------------------------------------------------------------------------
+
+std::optional<CacheEntry> lookup(const CacheKey& key, const driver::Specialized& s) {
+  std::string id = key.id();
+  {
+    std::lock_guard lock(g_mu);
+    if (auto it = g_memory.find(id); it != g_memory.end()) return it->second;
+  }
+  std::string problem;
+  std::optional<CacheEntry> e = read_entry(key, &problem);
+  if (e) {
+    try {
+      e->config = s.space.complete(e->config);
+      driver::lower(s, e->config);
+    } catch (const Error& err) {
+      problem = "its config no longer fits: " + err.message();
+      e.reset();
+    }
+  }
+  if (!e) {
+    if (!problem.empty()) {
+      std::lock_guard lock(g_mu);
+      if (g_reported.insert(key.path().string()).second)
+        std::cerr << fmt::format("deuteron: autotune cache entry {} is unusable ({}); tuning again\n",
+                                 key.path().string(), problem);
+    }
+    return std::nullopt;
+  }
+  std::lock_guard lock(g_mu);
+  g_memory[id] = *e;
+  return e;
+}
+
+// An exclusive lock on a file for the length of a tuning run (none if it cannot be had).
+class FileLock {
+ public:
+  explicit FileLock(const fs::path& p) {
+    std::error_code ec;
+    fs::create_directories(p.parent_path(), ec);
+    fd_ = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ >= 0)
+      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+      }
+  }
+  ~FileLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+TuneResult from_entry(const CacheEntry& e) {
+  TuneResult r;
+  r.best = e.config;
+  r.best_s = e.time_s;
+  r.default_s = e.default_time_s;
+  r.from_cache = true;
+  r.effort = e.info.value("effort", "");
+  r.search = e.info.value("search", "");
+  r.tried = e.info.value("tried", 0);
+  r.cache_path = e.key.path().string();
+  r.log_path = e.key.log_path().string();
+  return r;
+}
+
+}  // namespace
+
+TuneResult tune(const driver::Specialized& s, const TuneOptions& options) {
+  TuneOptions o = options;
+  if (o.effort != "none") budget_for(o.effort);  // validates
+  if (o.search != "auto") {
+    const auto& names = strategy_names();
+    if (std::find(names.begin(), names.end(), o.search) == names.end())
+      make_strategy(o.search, s.space, {});  // throws the error that lists them
+  }
+  if (o.effort == "none") {
+    TuneResult r;
+    r.best = r.default_config = s.space.default_config();
+    r.effort = "none";
+    return r;
+  }
+  std::unique_ptr<Harness> harness = harness_for(s.backend->name());
+  CacheKey key = make_key(s, harness->hardware_fingerprint(s));
+  if (o.read_cache)
+    if (auto e = lookup(key, s)) return from_entry(*e);
+
+  std::lock_guard tune_lock(g_tune_mu);
+  std::unique_ptr<FileLock> file_lock;
+  if (o.write_cache) {
+    file_lock = std::make_unique<FileLock>(key.lock_path());
+    // Another process may have tuned it while we waited for the lock.
+    if (o.read_cache)
+      if (auto e = lookup(key, s)) return from_entry(*e);
+  }
+
+  Tuner tuner(s, o, *harness, key);
+  TuneResult r = tuner.run();
+  if (r.ok == 0) {
+    std::map<std::string, int> why;
+    for (const Candidate& c : r.candidates)
+      if (c.status == Candidate::Status::Failed || c.status == Candidate::Status::Rejected) ++why[c.reason];
+    std::string reasons;
+    for (auto& [w, n] : why) reasons += fmt::format("\n  {} x {}", n, w.substr(0, 300));
+    throw RuntimeError(fmt::format("autotuning {} ({}) found no config that runs correctly: {} tried, {} pruned{}",
+                                   key.kernel, key.spec_key, r.tried, r.pruned, reasons),
+                       "", "run the default config with `deuteron run` to see what goes wrong");
+  }
+  if (o.write_cache) {
+    CacheEntry e;
+    e.key = key;
+    e.config = r.best;
+    e.time_s = r.best_s;
+    e.default_time_s = r.default_s;
+    e.info = {{"effort", r.effort},     {"search", r.search},      {"seed", o.seed},
+              {"tried", r.tried},       {"failed", r.failed},      {"rejected", r.rejected},
+              {"pruned", r.pruned},     {"elapsed_s", r.elapsed_s}, {"created", now_text()},
+              {"median_compile_s", r.median_compile_s}};
+    r.cache_path = key.path().string();
+    r.log_path = key.log_path().string();
+    try {
+      write_entry(e);
+      tuner.write_log(r);
+    } catch (const Error& err) {
+      std::cerr << "deuteron: cannot write the autotune cache: " << err.message() << "\n";
+    }
+    std::lock_guard lock(g_mu);
+    g_memory[key.id()] = e;
+  }
+  return r;
+}
+
+driver::Choice choose(const driver::Specialized& s, const std::string& effort) {
+  TuneOptions o;
+  o.effort = effort;
+  if (std::string v = env("DEUTERON_AUTOTUNE_SEARCH"); !v.empty()) o.search = v;
+  if (std::string v = env("DEUTERON_AUTOTUNE_SEED"); !v.empty()) o.seed = std::strtoull(v.c_str(), nullptr, 10);
+  if (std::string v = env("DEUTERON_AUTOTUNE_PROGRESS"); !v.empty()) o.progress = v;
+  if (env("DEUTERON_AUTOTUNE_RETUNE") == "1") o.read_cache = false;
+  // A target the tuner cannot time yet runs its default config, quietly.
+  if (!can_tune(s.backend->name())) return {s.space.default_config(), "default", false};
+  try {
+    TuneResult r = tune(s, o);
+    if (!r.from_cache && o.progress != "quiet")
+      std::cerr << fmt::format(
+          "deuteron: tuned {} for {} in {:.1f} s: {} ({}{}), cached in {}\n  pin it: {}\n", s.kernel->name(), s.key,
+          r.elapsed_s, r.best.dump(), format_seconds(r.best_s),
+          r.default_s > 0 ? fmt::format(", {:.2f}x the default's speed", r.default_s / r.best_s) : "",
+          r.cache_path, r.pin());
+    return {r.best, r.from_cache ? "cache" : "tuned", !r.from_cache};
+  } catch (const std::exception& e) {
+    std::cerr << fmt::format("deuteron: autotuning {} failed; using the default config.\n  {}\n",
+                             s.kernel->name(), e.what());
+    return {s.space.default_config(), "default", false};
+  }
+}
+
+void install() { driver::set_tune_hook(&choose); }
+
+namespace {
+// Linking the tuner installs it: every program that links this object (the CLI, the tests, a
+// program that calls tune()) gets the hook before main. A program that only calls kernels
+// links it through the anchor below (see the report on issue 3: the library is a static
+// archive, so nothing else would pull this object in).
+const bool g_installed = (install(), true);
+}  // namespace
+
+}  // namespace deuteron::autotune
+
+// The anchor: `-Wl,--undefined=deuteron_autotune_anchor` makes the linker take this object.
+extern "C" int deuteron_autotune_anchor() { return deuteron::autotune::g_installed ? 1 : 0; }
+
+namespace deuteron::autotune {
+
+void clear_memory_cache() {
+  std::lock_guard lock(g_mu);
+  g_memory.clear();
+  g_reported.clear();
+}
+
+}  // namespace deuteron::autotune

@@ -1,0 +1,662 @@
+// The autotuner: search strategies on synthetic objectives, pruning, isolation of crashing,
+// hanging, wrong and memory-hungry candidates, the accuracy check, the cache (round trip,
+// corrupt entries, concurrent writers, a new process that neither tunes nor compiles), warm
+// starts.
+//
+// Real tuning runs use a small kernel and a handful of candidates, and share one cache
+// directory for the whole test program so that the runner, the precompiled header and the
+// candidates' shared objects are built once.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "autotune/autotune.h"
+#include "autotune/cache.h"
+#include "autotune/process.h"
+#include "autotune/search.h"
+#include "backends/cpu/compiler.h"
+#include "deuteron/deuteron.h"
+#include "driver/driver.h"
+#include "runtime/disk_cache.h"
+
+extern char** environ;
+
+namespace fs = std::filesystem;
+namespace hl = deuteron::hl;
+
+namespace deuteron {
+namespace {
+
+using autotune::Candidate;
+using config::Config;
+
+// Elementwise: its space has two block sizes, the grid order and the thread count.
+const auto tune_add = deuteron::kernel("autotune_test_add", [](hl::Tensor x, hl::Tensor y) {
+  auto out = hl::empty_like(x);
+  for (auto tile : hl::tile(out.sizes())) out[tile] = x[tile] * 2.0 + y[tile];
+  return out;
+});
+
+// Row softmax: block rows, a reduction block (persistent or looped), threads; configs with
+// many long rows per block do not fit any core's fast memory.
+const auto tune_softmax = deuteron::kernel("autotune_test_softmax", [](hl::Tensor x) {
+  auto out = hl::empty_like(x);
+  for (auto tm : hl::tile(x.size(0))) {
+    auto row = x[{tm, hl::all}];
+    auto e = hl::exp(row - row.amax(1, true));
+    out[{tm, hl::all}] = e / e.sum(1, true);
+  }
+  return out;
+});
+
+std::vector<Tensor> add_reference(const std::vector<Arg>& args) {
+  const Tensor& x = std::get<Tensor>(args[0]);
+  const Tensor& y = std::get<Tensor>(args[1]);
+  Tensor out = Tensor::empty(x.sizes(), x.dtype());
+  for (int64_t i = 0; i < x.numel(); ++i) out.set(i, 2.0 * x.get(i) + y.get(i));
+  return {out};
+}
+
+std::vector<Tensor> softmax_reference(const std::vector<Arg>& args) {
+  const Tensor& x = std::get<Tensor>(args[0]);
+  Tensor out = Tensor::empty(x.sizes(), x.dtype());
+  int64_t n = x.size(1);
+  for (int64_t r = 0; r < x.size(0); ++r) {
+    double mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, x.get(r * n + j));
+    for (int64_t j = 0; j < n; ++j) sum += std::exp(x.get(r * n + j) - mx);
+    for (int64_t j = 0; j < n; ++j) out.set(r * n + j, std::exp(x.get(r * n + j) - mx) / sum);
+  }
+  return {out};
+}
+
+driver::Specialized specialize(const KernelBase& k, const std::vector<Arg>& args) {
+  return driver::specialize(k, frontend::describe_args(k, args), "cpu");
+}
+
+// One cache directory for the whole program (see the top of the file), removed at exit.
+const std::string& shared_cache_dir() {
+  struct Dir {
+    std::string path;
+    Dir() {
+      std::string tmpl = (fs::temp_directory_path() / "deuteron-autotune-test-XXXXXX").string();
+      if (!mkdtemp(tmpl.data())) std::abort();
+      path = tmpl;
+    }
+    ~Dir() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static const Dir dir;
+  return dir.path;
+}
+
+class Autotune : public testing::Test {
+ protected:
+  void SetUp() override {
+    const char* v = std::getenv("DEUTERON_CACHE_DIR");
+    saved_ = v ? std::optional<std::string>(v) : std::nullopt;
+    setenv("DEUTERON_CACHE_DIR", shared_cache_dir().c_str(), 1);
+    autotune::clear_memory_cache();
+  }
+  void TearDown() override {
+    if (saved_) setenv("DEUTERON_CACHE_DIR", saved_->c_str(), 1);
+    else unsetenv("DEUTERON_CACHE_DIR");
+    autotune::clear_memory_cache();
+  }
+  // Removes the tuned entries of one kernel (compiled kernels stay: they make tests fast).
+  static void forget(const std::string& kernel) { fs::remove_all(cache_root() / "autotune" / kernel); }
+
+  static autotune::TuneOptions small_options() {
+    autotune::TuneOptions o;
+    o.progress = "quiet";
+    o.max_candidates = 4;
+    o.time_budget_s = 60;
+    o.warm_start = false;
+    o.search = "random";
+    o.run_timeout_s = 20;
+    o.sample_s = 0.01;
+    o.retime_s = 0.02;
+    return o;
+  }
+
+  std::optional<std::string> saved_;
+};
+
+// ---- search strategies on synthetic objectives ---------------------------------------------
+
+// A space with four tunables (two block sizes with 9 and 10 values, grid order, threads).
+config::ConfigSpace test_space() {
+  auto args = std::vector<Arg>{Tensor::zeros({256, 512}, DType::f32), Tensor::zeros({256, 512}, DType::f32)};
+  return specialize(tune_add, args).space;
+}
+
+// Separable bowl around `target` (positions), with a forbidden region (+inf, as pruned or
+// failed configs are) and small ripples so that ties do not decide.
+struct Bowl {
+  const config::ConfigSpace& space;
+  std::vector<int> target;
+  double operator()(const Config& c) const {
+    std::vector<int> p = space.encode(c);
+    if (p[0] + p[1] >= 15) return autotune::kFailed;  // "does not fit"
+    double v = 1.0;
+    for (size_t i = 0; i < p.size(); ++i) v += (1.0 + 0.1 * double(i)) * std::pow(p[i] - target[i], 2);
+    return v;
+  }
+};
+
+std::vector<int> optimum_of(const config::ConfigSpace& space, const Bowl& f) {
+  double best = autotune::kFailed;
+  std::vector<int> at;
+  for (const Config& c : autotune::enumerate(space, 100000))
+    if (double v = f(c); v < best) {
+      best = v;
+      at = space.encode(c);
+    }
+  return at;
+}
+
+TEST(AutotuneSearch, SpaceIsWhatTheTestsExpect) {
+  auto space = test_space();
+  ASSERT_GE(space.tunables().size(), 3u);
+  EXPECT_GE(space.size(), 100);
+  EXPECT_LE(space.size(), 5000);
+  EXPECT_EQ(autotune::enumerate(space, 100000).size(), size_t(space.size()));
+  EXPECT_TRUE(autotune::enumerate(space, 10).empty());
+}
+
+TEST(AutotuneSearch, EveryStrategyFindsTheOptimumOfABowl) {
+  auto space = test_space();
+  std::vector<int> target(space.tunables().size(), 0);
+  target[0] = 6;  // away from the default and from the edges
+  target[1] = 3;
+  Bowl f{space, target};
+  std::vector<int> want = optimum_of(space, f);
+  ASSERT_EQ(want, target);
+  for (std::string name : {"exhaustive", "random", "pattern", "de"}) {
+    for (uint64_t seed : {1, 2, 3}) {
+      autotune::StrategyOptions so;
+      so.seeds = {space.default_config()};
+      so.seed = seed;
+      // Random search is only sure to find it when it can see everything.
+      int budget = name == "random" || name == "exhaustive" ? int(space.size()) : 80;
+      so.budget = budget;
+      auto strategy = autotune::make_strategy(name, space, so);
+      auto r = autotune::run_search(*strategy, f, budget);
+      EXPECT_EQ(space.encode(r.best), want) << name << " seed " << seed << " after " << r.evaluations;
+      EXPECT_LE(r.evaluations, budget);
+      // The seeds come first.
+      ASSERT_FALSE(r.history.empty());
+      EXPECT_EQ(r.history.front().first, space.default_config()) << name;
+    }
+  }
+}
+
+TEST(AutotuneSearch, PatternSearchRestartsOutOfALocalMinimum) {
+  auto space = test_space();
+  // Two basins; the default lies in the shallow one.
+  std::vector<int> deep(space.tunables().size(), 0), shallow = space.encode(space.default_config());
+  deep[0] = 0;
+  deep[1] = 9;
+  auto f = [&](const Config& c) {
+    std::vector<int> p = space.encode(c);
+    double a = 0, b = 0;
+    for (size_t i = 0; i < p.size(); ++i) {
+      a += std::pow(p[i] - shallow[i], 2);
+      b += std::pow(p[i] - deep[i], 2);
+    }
+    return std::min(10.0 + a, 1.0 + 3 * b);
+  };
+  int found = 0;
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    autotune::StrategyOptions so;
+    so.seeds = {space.default_config()};
+    so.seed = seed;
+    so.budget = 120;
+    auto strategy = autotune::make_strategy("pattern", space, so);
+    auto r = autotune::run_search(*strategy, f, 120);
+    found += space.encode(r.best) == deep;
+  }
+  EXPECT_GE(found, 3) << "pattern search should leave the shallow basin by restarting";
+}
+
+TEST(AutotuneSearch, SameSeedSameSequence) {
+  auto space = test_space();
+  Bowl f{space, std::vector<int>(space.tunables().size(), 1)};
+  for (std::string name : {"random", "pattern", "de"}) {
+    autotune::StrategyOptions so;
+    so.seed = 42;
+    auto a = autotune::make_strategy(name, space, so);
+    auto b = autotune::make_strategy(name, space, so);
+    auto ra = autotune::run_search(*a, f, 30), rb = autotune::run_search(*b, f, 30);
+    ASSERT_EQ(ra.history.size(), rb.history.size()) << name;
+    for (size_t i = 0; i < ra.history.size(); ++i) EXPECT_EQ(ra.history[i].first, rb.history[i].first) << name;
+  }
+}
+
+TEST(AutotuneSearch, ExhaustiveVisitsEachPointOnceAndUnknownNamesAreErrors) {
+  auto space = test_space();
+  auto s = autotune::make_strategy("exhaustive", space, {});
+  std::set<std::string> seen;
+  auto r = autotune::run_search(*s, [&](const Config& c) {
+    EXPECT_TRUE(seen.insert(c.dump()).second);
+    return 1.0;
+  }, 1 << 20);
+  EXPECT_EQ(int64_t(seen.size()), space.size());
+  EXPECT_THROW(autotune::make_strategy("simulated-annealing", space, {}), ArgumentError);
+}
+
+// ---- pruning, cache keys, small pieces -------------------------------------------------------
+
+TEST(AutotuneUnits, PruneReasonsAreSummarised) {
+  EXPECT_EQ(autotune::prune_reason("config {\"a\": 1} needs 9000 KiB of fast memory per thread; the cpu "
+                                   "target has 2048 KiB"),
+            "fast memory over budget");
+  EXPECT_EQ(autotune::prune_reason("block size block_t0 = 3 is not a positive power of two"),
+            autotune::prune_reason("block size block_t0 = 5 is not a positive power of two"));
+}
+
+TEST(AutotuneUnits, FitIntoClampsToTheNearestValue) {
+  auto space = test_space();
+  const auto& t0 = space.tunables()[0];
+  Config c;
+  c.set(t0.name, int64_t(3) << 20);  // far beyond the largest block
+  c.set("no_such_tunable", 7);
+  Config fitted = autotune::fit_into(space, c);
+  EXPECT_EQ(fitted.values().at(t0.name), t0.values.back());
+  EXPECT_FALSE(fitted.has("no_such_tunable"));
+  EXPECT_NO_THROW(space.complete(fitted));
+  c.set(t0.name, 3);  // between 2 and 4: nearest by ratio
+  int64_t got = autotune::fit_into(space, c).integer(t0.name);
+  EXPECT_TRUE(got == 2 || got == 4);
+}
+
+TEST_F(Autotune, CacheKeyIgnoresSourceLinesButNotShapes) {
+  auto a = specialize(tune_add, {Tensor::zeros({64, 64}, DType::f32), Tensor::zeros({64, 64}, DType::f32)});
+  auto b = specialize(tune_add, {Tensor::zeros({64, 128}, DType::f32), Tensor::zeros({64, 128}, DType::f32)});
+  auto ka = autotune::make_key(a, "hw"), ka2 = autotune::make_key(a, "hw"), kb = autotune::make_key(b, "hw");
+  EXPECT_EQ(ka.id(), ka2.id());
+  EXPECT_NE(ka.id(), kb.id());
+  EXPECT_NE(ka.id(), autotune::make_key(a, "other hardware").id());
+  std::string text = ir::print(a.ir);
+  EXPECT_NE(text.find("test_autotune.cpp"), std::string::npos) << "the IR text names source lines";
+  EXPECT_EQ(autotune::source_hash(a.ir).size(), 32u);
+}
+
+TEST_F(Autotune, CorruptEntriesAreDetected) {
+  auto s = specialize(tune_add, {Tensor::zeros({8, 8}, DType::f32), Tensor::zeros({8, 8}, DType::f32)});
+  autotune::CacheEntry e;
+  e.key = autotune::make_key(s, "hw");
+  e.config = s.space.default_config();
+  e.time_s = 1e-3;
+  std::string text = autotune::entry_text(e);
+  std::string problem;
+  ASSERT_TRUE(autotune::parse_entry(text, &problem)) << problem;
+  EXPECT_FALSE(autotune::parse_entry(text.substr(0, text.size() / 2), &problem));
+  EXPECT_NE(problem.find("JSON"), std::string::npos) << problem;
+  std::string edited = text;
+  edited.replace(edited.find("0.001"), 5, "0.002");
+  EXPECT_FALSE(autotune::parse_entry(edited, &problem));
+  EXPECT_NE(problem.find("checksum"), std::string::npos) << problem;
+  EXPECT_FALSE(autotune::parse_entry("", &problem));
+}
+
+TEST_F(Autotune, ConcurrentWritersLeaveAWholeEntry) {
+  auto s = specialize(tune_add, {Tensor::zeros({8, 8}, DType::f32), Tensor::zeros({8, 8}, DType::f32)});
+  autotune::CacheKey key = autotune::make_key(s, "concurrency test");
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 4; ++w)
+    writers.emplace_back([&, w] {
+      for (int i = 0; i < 100; ++i) {
+        autotune::CacheEntry e;
+        e.key = key;
+        e.config = s.space.default_config();
+        e.time_s = 1e-3 * (w * 1000 + i + 1);
+        autotune::write_entry(e);
+      }
+    });
+  int reads = 0;
+  std::thread reader([&] {
+    while (!stop) {
+      std::string problem;
+      auto e = autotune::read_entry(key, &problem);
+      if (fs::exists(key.path())) {
+        EXPECT_TRUE(e.has_value()) << problem;
+        ++reads;
+      }
+    }
+  });
+  for (auto& t : writers) t.join();
+  stop = true;
+  reader.join();
+  EXPECT_GT(reads, 0);
+  forget("autotune_test_add");
+}
+
+// ---- processes -------------------------------------------------------------------------------
+
+TEST(AutotuneProcess, TreesAreStoppedAndKilled) {
+  auto f = autotune::proc::fork_child([](int) {
+    // A child with a grandchild, both sleeping.
+    if (fork() == 0) {
+      for (;;) pause();
+    }
+    for (;;) pause();
+  });
+  for (int i = 0; i < 100 && autotune::proc::descendants(f.pid).empty(); ++i) usleep(10000);
+  auto below = autotune::proc::descendants(f.pid);
+  ASSERT_EQ(below.size(), 1u);
+  autotune::proc::signal_tree(f.pid, SIGKILL);
+  autotune::proc::Exit ex;
+  ASSERT_TRUE(autotune::proc::reap(f.pid, &ex, true));
+  EXPECT_FALSE(ex.exited);
+  EXPECT_EQ(ex.signal, SIGKILL);
+  // Dead means gone, or a zombie waiting for a reaper (in a container, pid 1 may never reap).
+  auto alive = [](pid_t p) {
+    std::ifstream f(fmt::format("/proc/{}/stat", p));
+    std::string text;
+    if (!std::getline(f, text)) return false;
+    size_t close = text.rfind(')');
+    return close != std::string::npos && close + 2 < text.size() && text[close + 2] != 'Z' &&
+           text[close + 2] != 'X';
+  };
+  for (int i = 0; i < 100 && alive(below[0]); ++i) usleep(10000);
+  EXPECT_FALSE(alive(below[0])) << "the grandchild survived";
+  close(f.fd);
+}
+
+// ---- real tuning runs --------------------------------------------------------------------
+
+std::vector<Arg> add_args(int64_t m, int64_t n) {
+  return {Tensor::rand({m, n}, DType::f32, 1), Tensor::rand({m, n}, DType::f32, 2)};
+}
+
+const Candidate* find(const autotune::TuneResult& r, const Config& c) {
+  for (const Candidate& x : r.candidates)
+    if (x.config == c) return &x;
+  return nullptr;
+}
+
+void expect_correct(const KernelBase& k, const std::vector<Arg>& args, const Config& c,
+                    const std::function<std::vector<Tensor>(const std::vector<Arg>&)>& reference) {
+  auto r = driver::run(k, args, "cpu", c);
+  auto want = reference(args);
+  Tolerance tol = default_tolerance(DType::f32);
+  EXPECT_TRUE(allclose(r.outputs[0], want[0], tol.rtol, tol.atol).close) << c.dump();
+}
+
+// Candidates that crash, hang, answer wrongly, run out of memory or crash the compiler are
+// each reported and skipped; the best config is a correct one. The process has run an
+// OpenMP kernel on two threads before tuning (which would make a forked runner hang).
+TEST_F(Autotune, BrokenCandidatesAreIsolated) {
+  auto args = add_args(64, 96);
+  auto s = specialize(tune_add, args);
+  {
+    Config two = s.space.default_config();
+    two.set("num_threads", 2);
+    if (s.space.complete(two) == two) driver::run(tune_add, args, "cpu", two);
+  }
+  // Distinct configs, told apart by block_t0 (the first key of the sorted JSON).
+  auto with = [&](int64_t b0, int64_t b1) {
+    Config c = s.space.default_config();
+    c.set("block_t0", b0);
+    c.set("block_t1", b1);
+    return s.space.complete(c);
+  };
+  Config crash = with(1, 32), hang = with(2, 32), wrong = with(4, 32), oom = with(8, 32),
+         cc = with(1, 16), good = with(16, 32);
+  for (const Config& c : {crash, hang, wrong, oom, cc, good}) ASSERT_NE(c, s.space.default_config());
+  forget("autotune_test_add");
+  autotune::TuneOptions o = small_options();
+  o.args = args;
+  o.reference = add_reference;
+  o.candidates = {crash, hang, wrong, oom, cc, good};
+  o.max_candidates = 7;  // the default and the six given
+  o.run_timeout_s = 2;
+  o.memory_limit_bytes = int64_t(256) << 20;
+  o.write_cache = false;
+  // Each rule names one whole config, so that none matches the default.
+  o.inject = fmt::format("crash:{};hang:{};wrong:{};oom:{};compile_crash:{}", crash.dump(), hang.dump(),
+                         wrong.dump(), oom.dump(), cc.dump());
+  autotune::TuneResult r = autotune::tune(s, o);
+
+  auto status = [&](const Config& c) {
+    const Candidate* x = find(r, c);
+    return x ? x : (ADD_FAILURE() << "not evaluated: " << c.dump(), nullptr);
+  };
+  if (auto* x = status(crash)) {
+    EXPECT_EQ(x->status, Candidate::Status::Failed);
+    EXPECT_NE(x->reason.find("SIGSEGV"), std::string::npos) << x->reason;
+  }
+  if (auto* x = status(hang)) {
+    EXPECT_EQ(x->status, Candidate::Status::Failed);
+    EXPECT_NE(x->reason.find("timed out"), std::string::npos) << x->reason;
+  }
+  if (auto* x = status(wrong)) {
+    EXPECT_EQ(x->status, Candidate::Status::Rejected);
+    EXPECT_NE(x->reason.find("wrong answer"), std::string::npos) << x->reason;
+  }
+  if (auto* x = status(oom)) {
+    EXPECT_EQ(x->status, Candidate::Status::Failed);
+    EXPECT_NE(x->reason.find("out of memory"), std::string::npos) << x->reason;
+  }
+  if (auto* x = status(cc)) {
+    EXPECT_EQ(x->status, Candidate::Status::Failed);
+    EXPECT_NE(x->reason.find("compile worker killed by SIGSEGV"), std::string::npos) << x->reason;
+  }
+  if (auto* x = status(good)) {
+    EXPECT_EQ(x->status, Candidate::Status::Ok) << x->reason;
+  }
+  EXPECT_EQ(r.failed, 4);
+  EXPECT_EQ(r.rejected, 1);
+  EXPECT_GE(r.ok, 2);  // the default and `good`
+  for (const Config& bad : {crash, hang, wrong, oom, cc}) EXPECT_NE(r.best, bad);
+  EXPECT_GT(r.best_s, 0);
+  expect_correct(tune_add, args, r.best, add_reference);
+}
+
+// Without a reference the default config's outputs are the baseline.
+TEST_F(Autotune, WrongAnswersAreRejectedAgainstTheDefault) {
+  auto args = add_args(64, 96);
+  auto s = specialize(tune_add, args);
+  Config c = s.space.default_config();
+  c.set("block_t0", 16);
+  c.set("block_t1", 32);
+  c = s.space.complete(c);
+  ASSERT_NE(c, s.space.default_config());
+  autotune::TuneOptions o = small_options();
+  o.candidates = {c};
+  o.max_candidates = 2;
+  o.write_cache = false;
+  o.inject = "wrong:" + c.dump();
+  autotune::TuneResult r = autotune::tune(s, o);  // random inputs, no reference
+  const Candidate* x = find(r, c);
+  ASSERT_NE(x, nullptr);
+  EXPECT_EQ(x->status, Candidate::Status::Rejected) << x->reason;
+  EXPECT_NE(x->reason.find("default config"), std::string::npos) << x->reason;
+  EXPECT_EQ(r.best, s.space.default_config());
+}
+
+TEST_F(Autotune, ConfigsThatDoNotFitArePrunedBeforeCompiling) {
+  auto x = Tensor::rand({256, 4096}, DType::f32, 3, -4, 4);
+  std::vector<Arg> args = {x};
+  auto s = specialize(tune_softmax, args);
+  // 256 rows of 4096 floats in one block (4 MiB of input alone) fits no core's fast memory.
+  Config big = s.space.default_config();
+  big.set("block_t0", 256);
+  for (const auto& t : s.space.tunables())
+    if (t.kind == config::Tunable::Kind::BlockSize && t.name != "block_t0") big.set(t.name, t.values.back());
+  big = s.space.complete(big);
+  EXPECT_THROW(driver::lower(s, big), ConfigError);
+
+  autotune::TuneOptions o = small_options();
+  o.args = args;
+  o.reference = softmax_reference;
+  o.candidates = {big};
+  o.search = "exhaustive";  // block_t0 varies fastest: the big blocks come early
+  o.max_candidates = 3;
+  o.write_cache = false;
+  int compiles = cpu::compiler_invocations();
+  autotune::TuneResult r = autotune::tune(s, o);
+  EXPECT_EQ(cpu::compiler_invocations(), compiles) << "the tuning process itself compiles nothing";
+  const Candidate* b = find(r, big);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->status, Candidate::Status::Pruned);
+  EXPECT_EQ(b->reason, "fast memory over budget");
+  EXPECT_GE(r.pruned, 1);
+  EXPECT_EQ(r.pruned_reasons["fast memory over budget"], r.pruned);
+  EXPECT_EQ(r.tried, 3);  // pruned configs do not count against the budget
+  for (const Candidate& c : r.candidates) {
+    if (c.status != Candidate::Status::Pruned) continue;
+    EXPECT_THROW(driver::lower(s, c.config), ConfigError) << c.config.dump();
+    EXPECT_EQ(c.compile_s, 0);
+    EXPECT_FALSE(c.compiled);
+  }
+  expect_correct(tune_softmax, args, r.best, softmax_reference);
+}
+
+// The cache: written, read back (same process, then as a new process would), corrupt
+// entries reported once and re-tuned; warm starts for another shape.
+TEST_F(Autotune, CacheRoundTripCorruptionAndWarmStart) {
+  forget("autotune_test_add");
+  auto args = add_args(32, 64);
+  auto s = specialize(tune_add, args);
+  autotune::TuneOptions o = small_options();
+  o.args = args;
+  o.reference = add_reference;
+  autotune::TuneResult first = autotune::tune(s, o);
+  EXPECT_FALSE(first.from_cache);
+  ASSERT_TRUE(fs::exists(first.cache_path));
+  ASSERT_TRUE(fs::exists(first.log_path));
+  {
+    std::ifstream log(first.log_path);
+    std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find(first.best.dump()), std::string::npos);
+    EXPECT_NE(text.find("default"), std::string::npos);
+  }
+
+  // Same process, then a cleared memory (a new process): no tuning, no compiling.
+  int compiles = cpu::compiler_invocations();
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1) autotune::clear_memory_cache();
+    autotune::TuneResult again = autotune::tune(s, o);
+    EXPECT_TRUE(again.from_cache);
+    EXPECT_EQ(again.best, first.best);
+    EXPECT_TRUE(again.candidates.empty());
+  }
+  // Through the driver's hook (installed by linking the tuner).
+  autotune::clear_memory_cache();
+  driver::Choice choice = driver::choose_config(s);
+  EXPECT_EQ(choice.origin, "cache");
+  EXPECT_FALSE(choice.tuned);
+  EXPECT_EQ(choice.config, first.best);
+  EXPECT_EQ(cpu::compiler_invocations(), compiles);
+
+  // A truncated entry: reported once, tuned again, rewritten whole. (A process keeps what it
+  // read, so start from a clear memory, as a new process would.)
+  autotune::clear_memory_cache();
+  std::string text = *read_file(first.cache_path);
+  for (int round = 0; round < 2; ++round) {
+    atomic_write(first.cache_path, text.substr(0, text.size() / 3));
+    autotune::TuneOptions no_write = o;
+    no_write.write_cache = false;
+    testing::internal::CaptureStderr();
+    autotune::TuneResult r = autotune::tune(s, no_write);
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_FALSE(r.from_cache);
+    if (round == 0) EXPECT_NE(err.find("unusable"), std::string::npos) << err;
+    else EXPECT_EQ(err.find("unusable"), std::string::npos) << "reported twice: " << err;
+  }
+  testing::internal::CaptureStderr();
+  autotune::TuneResult retuned = autotune::tune(s, o);
+  testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(retuned.from_cache);
+  std::string problem;
+  EXPECT_TRUE(autotune::parse_entry(*read_file(first.cache_path), &problem)) << problem;
+  autotune::clear_memory_cache();
+  EXPECT_TRUE(autotune::tune(s, o).from_cache);
+
+  // --retune ignores the entry.
+  autotune::TuneOptions retune = o;
+  retune.read_cache = false;
+  retune.write_cache = false;
+  EXPECT_FALSE(autotune::tune(s, retune).from_cache);
+
+  // Another shape starts from this shape's best config.
+  auto args2 = add_args(48, 64);
+  auto s2 = specialize(tune_add, args2);
+  autotune::TuneOptions w = o;
+  w.args = args2;
+  w.warm_start = true;
+  w.max_candidates = 2;
+  autotune::TuneResult warm = autotune::tune(s2, w);
+  Config seeded = autotune::fit_into(s2.space, retuned.best);
+  const Candidate* x = find(warm, seeded);
+  ASSERT_NE(x, nullptr) << "warm start " << seeded.dump() << " not evaluated";
+  if (seeded != s2.space.default_config()) {
+    EXPECT_EQ(x->origin, "warm start");
+  }
+}
+
+// A new process looks the tuned kernel up through the driver: neither tunes nor compiles.
+// The child is this test program, run with a filter and an environment variable.
+TEST_F(Autotune, NewProcessUsesTheCacheWithoutTuningOrCompiling) {
+  if (std::getenv("DEUTERON_AUTOTUNE_TEST_CHILD")) GTEST_SKIP() << "parent only";
+  forget("autotune_test_add");
+  auto args = add_args(40, 72);
+  auto s = specialize(tune_add, args);
+  autotune::TuneOptions o = small_options();
+  o.args = args;
+  o.reference = add_reference;
+  autotune::TuneResult r = autotune::tune(s, o);
+  ASSERT_FALSE(r.from_cache);
+  // The best config's shared object exists (a worker compiled it); so does every other one.
+  driver::executable(s, r.best);
+
+  std::vector<std::string> argv = {"/proc/self/exe", "--gtest_filter=AutotuneChild.*"};
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  std::vector<std::string> envs;
+  for (char** e = environ; *e; ++e) envs.push_back(*e);
+  envs.push_back("DEUTERON_AUTOTUNE_TEST_CHILD=" + r.best.dump());
+  std::vector<char*> cenv;
+  for (auto& e : envs) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
+  pid_t pid;
+  ASSERT_EQ(posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, cargv.data(), cenv.data()), 0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's checks failed (its output is above)";
+}
+
+TEST(AutotuneChild, LooksUpWithoutTuningOrCompiling) {
+  const char* want = std::getenv("DEUTERON_AUTOTUNE_TEST_CHILD");
+  if (!want) GTEST_SKIP() << "run by NewProcessUsesTheCacheWithoutTuningOrCompiling";
+  auto args = add_args(40, 72);
+  auto r = driver::run(tune_add, args, "cpu");
+  EXPECT_EQ(r.origin, "cache");
+  EXPECT_FALSE(r.tuned);
+  EXPECT_EQ(r.config.dump(), want);
+  EXPECT_FALSE(r.compiled);
+  EXPECT_EQ(cpu::compiler_invocations(), 0);
+  auto ref = add_reference(args);
+  EXPECT_TRUE(allclose(r.outputs[0], ref[0], 1e-4, 1e-5).close);
+}
+
+}  // namespace
+}  // namespace deuteron
