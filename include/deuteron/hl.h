@@ -213,6 +213,23 @@ Tensor mean(const Tensor& x, int dim, bool keepdim = false, Loc loc = Loc::curre
 Tensor amax(const Tensor& x, int dim, bool keepdim = false, Loc loc = Loc::current());
 Tensor amin(const Tensor& x, int dim, bool keepdim = false, Loc loc = Loc::current());
 
+// Matrix products of blocks, accumulated and returned in f32 (torch.matmul semantics).
+//
+// `a` is [..., M, K] and `b` is [..., K, N]; leading (batch) dims broadcast as in
+// torch.matmul ([B, M, K] x [K, N] shares `b` across the batch). Operands may be views
+// (`k.transpose(0, 1)`) and f32, bf16 or f16 blocks; products are summed in f32. With `acc`
+// (addmm / baddbmm form) the result is acc + a @ b, `acc` broadcasting to the result shape:
+//   acc = hl::dot(x[{tm, tk}], y[{tk, tn}], acc);     // inside a loop over tk
+// `acc + hl::dot(a, b)` is recognised and computed the same way. The CPU target runs a
+// register-blocked micro-kernel over operands packed into fast memory (see the inner_*
+// tunables in the config space).
+Tensor dot(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor dot(const Tensor& a, const Tensor& b, const Tensor& acc, Loc loc = Loc::current());
+// torch.addmm / torch.baddbmm argument order: acc + a @ b.
+Tensor addmm(const Tensor& acc, const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+// torch.matmul: the same as hl::dot(a, b).
+Tensor matmul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+
 // Device-side creation.
 Tensor zeros(std::vector<Size> shape, DType dtype = DType::f32, Loc loc = Loc::current());
 Tensor full(std::vector<Size> shape, double value, DType dtype = DType::f32,

@@ -128,6 +128,45 @@ ConfigSpace ConfigSpace::derive(const ir::Kernel& k, const TargetLimits& limits)
     s.tunables_.push_back(t);
   }
 
+  // Dots: block sizes that suit the micro-kernel (6 x 64 register tiles, K steps of a few
+  // hundred), batch dims one at a time, and the whole of any whole dim a dot reads (the
+  // micro-kernel takes it in one block). M and N blocks of 128; K blocks of 512; a dim that is
+  // N of one product and K of the next (attention's key blocks) 256.
+  std::vector<const ir::Op*> dots;
+  for (const ir::Op& op : k.ops)
+    if (op.kind == ir::OpKind::Dot) dots.push_back(&op);
+  {
+    enum Role { Batch = 1, M = 2, N = 4, K = 8 };
+    std::map<int, int> roles;  // axis -> roles
+    auto role = [&](int axis, int r) {
+      if (axis != ir::kOne) roles[axis] |= r;
+    };
+    for (const ir::Op* op : dots) {
+      const auto& a = k.value(op->inputs[0]).dims;
+      const auto& r = k.value(op->result).dims;
+      for (size_t i = 0; i + 2 < r.size(); ++i) role(r[i], Batch);
+      for (size_t i = 0; i + 2 < a.size(); ++i) role(a[i], Batch);
+      role(r[r.size() - 2], M);
+      role(r.back(), N);
+      role(a.back(), K);
+    }
+    for (auto [axis, rs] : roles) {
+      int p = k.axes[size_t(axis)].block_param;
+      if (p < 0) continue;
+      const ir::BlockParam& bp = k.block_params[size_t(p)];
+      if (bp.reduction) {  // a whole dim read by a dot stays whole
+        for (auto& t : s.tunables_)
+          if (t.name == bp.name) t.values = {Json(bp.max)};
+        d[bp.name] = bp.max;
+        continue;
+      }
+      if (bp.fixed) continue;
+      int64_t want = (rs & Batch) ? 1 : (rs & M) ? 128 : (rs & N) && (rs & K) ? 256 : (rs & N) ? 128 : 512;
+      for (auto& t : s.tunables_)
+        if (t.name == bp.name) d[bp.name] = pick(t.values, want);
+    }
+  }
+
   // Keep at least a few grid blocks per core so the parallel loop balances.
   auto blocks = [&] {
     int64_t n = 1;
@@ -159,6 +198,50 @@ ConfigSpace ConfigSpace::derive(const ir::Kernel& k, const TargetLimits& limits)
     s.tunables_.push_back(t);
   }
 
+  if (!dots.empty() && grid.axes.size() > 1) {
+    Tunable t;
+    t.name = "grid_group";
+    t.kind = Tunable::Kind::Count;
+    t.help = "grid traversal: blocks of the second-fastest grid axis visited before the fastest "
+             "one steps (1 = row-major; more keeps a block of the operand shared along it in cache)";
+    t.values = {1, 2, 4, 8};
+    d[t.name] = 1;
+    s.tunables_.push_back(t);
+  }
+  // Epilogue sub-tiling: the ops after a dot's loop run over sub-tiles of its N block, when that
+  // N dim is a grid tile and nothing after the loop reduces over it.
+  for (const ir::Op* op : dots) {
+    int n = k.value(op->result).dims.back();
+    if (n == ir::kOne || k.axes[size_t(n)].kind != ir::AxisKind::Tile ||
+        std::find(grid.axes.begin(), grid.axes.end(), n) == grid.axes.end())
+      continue;
+    int dot_loop = -1;
+    for (size_t l = 0; l < k.loops.size(); ++l)
+      for (const ir::Stmt& st : k.loops[l].body)
+        if (st.kind == ir::Stmt::Kind::Op && &k.ops[size_t(st.id)] == op) dot_loop = int(l);
+    if (dot_loop < 0 || k.loops[size_t(dot_loop)].grid || k.loops[size_t(dot_loop)].parent < 0 ||
+        !k.loops[size_t(k.loops[size_t(dot_loop)].parent)].grid)
+      continue;
+    bool legal = true, after = false;
+    for (const ir::Stmt& st : grid.body) {
+      if (st.kind == ir::Stmt::Kind::Loop) {
+        after = after || st.id == dot_loop;
+        continue;
+      }
+      const ir::Op& o = k.ops[size_t(st.id)];
+      if (after && o.kind == ir::OpKind::Reduce && k.value(o.inputs[0]).dims[size_t(o.dim)] == n) legal = false;
+    }
+    if (!legal || !after) continue;
+    Tunable t;
+    t.name = "epilogue_subtiles";
+    t.kind = Tunable::Kind::Count;
+    t.help = "the ops after the dot's loop run over this many sub-tiles of its N block";
+    t.values = {1, 2, 4};
+    d[t.name] = 1;
+    s.tunables_.push_back(t);
+    break;
+  }
+
   // Inner (device) loops that read tensors: how their operand blocks reach fast memory.
   for (size_t l = 0; l < k.loops.size(); ++l) {
     const ir::Loop& loop = k.loops[l];
@@ -182,6 +265,79 @@ ConfigSpace ConfigSpace::derive(const ir::Kernel& k, const TargetLimits& limits)
     buf.values = {1, 2, 3};
     d[buf.name] = 2;
     s.tunables_.push_back(buf);
+    // Each tensor a dot reads in this loop may take its own strategy. Defaults: a B operand
+    // resident (packed once per grid step, kept while its grid block repeats) while that fits
+    // half the fast memory, else read in place when it is f32 with contiguous rows (not 4 KiB
+    // apart), else streamed; an A operand in place when f32 (the micro-kernel broadcasts it
+    // from any layout), else streamed (packed and widened block by block).
+    std::vector<std::string> seen;
+    int64_t resident_bytes = 0;
+    auto block_of = [&](int axis) -> int64_t {
+      if (axis == ir::kOne) return 1;
+      const ir::Axis& ax = k.axes[size_t(axis)];
+      if (ax.kind != ir::AxisKind::Tile) return ax.extent;
+      const ir::BlockParam& bp = k.block_params[size_t(ax.block_param)];
+      return bp.fixed ? bp.fixed : d[bp.name].get<int64_t>();
+    };
+    for (const ir::Op* op : dots)
+      for (int r = 0; r < 2; ++r) {
+        ir::ValueId src = ir::dot_operand_source(k, op->inputs[size_t(r)]);
+        int def = k.value(src).def_op;
+        if (def < 0 || k.ops[size_t(def)].kind != ir::OpKind::Load) continue;
+        bool here = false;
+        for (const ir::Stmt& st : loop.body) here = here || (st.kind == ir::Stmt::Kind::Op && st.id == def);
+        std::string name = "inner_" + axis + "_" + k.tensors[size_t(k.ops[size_t(def)].tensor)].name;
+        if (!here || std::find(seen.begin(), seen.end(), name) != seen.end()) continue;
+        seen.push_back(name);
+        Tunable own;
+        own.name = name;
+        own.help = fmt::format("operand {} of a dot in this loop: loop (as inner_{}), in_place, stream or "
+                               "resident (packed for the micro-kernel when staged)",
+                               r == 0 ? "a" : "b", axis);
+        own.values = {"loop", "in_place", "stream", "resident"};
+        const ir::Op& load = k.ops[size_t(def)];
+        const auto& vd = k.value(op->inputs[size_t(r)]).dims;
+        bool f32 = k.tensors[size_t(load.tensor)].dtype == DType::f32;
+        // In place needs contiguous rows, and rows that do not all land in the same L1 sets (a
+        // row stride that is a multiple of 4 KiB would evict the panel as it is read).
+        bool unit_cols = false;
+        int64_t row_stride = 0;
+        for (size_t i = 0; i < load.index.size(); ++i) {
+          if (load.index[i].kind != ir::Index::Kind::Axis) continue;
+          if (load.index[i].axis == vd.back()) unit_cols = k.tensors[size_t(load.tensor)].strides[i] == 1;
+          if (load.index[i].axis == vd[vd.size() - 2]) row_stride = k.tensors[size_t(load.tensor)].strides[i];
+        }
+        bool aliased = r == 1 && unit_cols && row_stride * 4 % 4096 == 0;
+        int64_t bytes = 4;
+        for (size_t i = 0; i < vd.size(); ++i) {
+          int64_t e = vd[i] == loop.axes.front() ? k.axes[size_t(vd[i])].extent : block_of(vd[i]);
+          if (i + 1 == vd.size() && r == 1) e = (e + 63) / 64 * 64;
+          if (i + 2 == vd.size() && r == 0) e = (e + 5) / 6 * 6;
+          bytes *= e;
+        }
+        std::string how = "in_place";  // read in place, or packed by the dot where it must be
+        if (r == 1 && resident_bytes + bytes <= limits.fast_memory_bytes / 2) {
+          how = "resident";
+          resident_bytes += bytes;
+        } else if (r == 0 ? !f32 : (f32 && aliased)) {
+          how = "stream";  // packed ahead: bf16 A, or contiguous B rows 4 KiB apart
+        }
+        d[own.name] = how;
+        s.tunables_.push_back(own);
+      }
+  }
+  // Grid order: the dot's M dim fastest, so consecutive grid steps share the B operand's block
+  // (kept resident) and walk down A.
+  if (!dots.empty() && grid.axes.size() > 1) {
+    int m = k.value(dots.front()->result).dims[k.value(dots.front()->result).dims.size() - 2];
+    auto it = std::find(grid.axes.begin(), grid.axes.end(), m);
+    if (it != grid.axes.end()) {
+      std::vector<int> perm;
+      for (size_t i = 0; i < grid.axes.size(); ++i)
+        if (grid.axes[i] != m) perm.push_back(int(i));
+      perm.push_back(int(it - grid.axes.begin()));
+      d["grid_order"] = perm;
+    }
   }
 
   Tunable threads;

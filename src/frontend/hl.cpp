@@ -326,6 +326,17 @@ Tensor mean(const Tensor& x, int d, bool keepdim, Loc loc) {
   return Operand(total, loc) / Operand(count.to(DType::f32, loc), loc);
 }
 
+Tensor dot(const Tensor& a, const Tensor& b, Loc loc) {
+  auto& tr = Tracer::current(loc);
+  return wrap(tr, tr.dot(var_of(a, loc), var_of(b, loc), nullptr, loc), loc);
+}
+Tensor dot(const Tensor& a, const Tensor& b, const Tensor& acc, Loc loc) {
+  auto& tr = Tracer::current(loc);
+  return wrap(tr, tr.dot(var_of(a, loc), var_of(b, loc), &var_of(acc, loc), loc), loc);
+}
+Tensor addmm(const Tensor& acc, const Tensor& a, const Tensor& b, Loc loc) { return dot(a, b, acc, loc); }
+Tensor matmul(const Tensor& a, const Tensor& b, Loc loc) { return dot(a, b, loc); }
+
 Tensor zeros(std::vector<Size> shape, DType dtype, Loc loc) { return full(std::move(shape), 0.0, dtype, loc); }
 Tensor full(std::vector<Size> shape, double value, DType dtype, Loc loc) {
   auto& tr = Tracer::current(loc);

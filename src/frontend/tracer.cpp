@@ -559,6 +559,61 @@ ir::ValueId Tracer::view(const Var& x, std::vector<int> dims, const std::source_
   return emit(op, k_.value(v).dtype, std::move(dims), {&x});
 }
 
+ir::ValueId Tracer::dot(const Var& a, const Var& b, const Var* acc, const std::source_location& loc) {
+  ir::ValueId va = use(a, loc, "hl::dot");
+  ir::ValueId vb = use(b, loc, "hl::dot");
+  const ir::Value xa = k_.value(va);
+  const ir::Value xb = k_.value(vb);
+  auto show = [&](const std::vector<int>& dims) {
+    std::vector<std::string> s;
+    for (int x : dims) s.push_back(ir::dim_name(k_, x));
+    return fmt::format("[{}]", fmt::join(s, ", "));
+  };
+  for (const ir::Value* x : {&xa, &xb}) {
+    const char* which = x == &xa ? "first" : "second";
+    if (x->dims.size() < 2)
+      fail(fmt::format("hl::dot needs blocks of rank 2 or more, but its {} operand has shape {} (rank {})",
+                       which, show(x->dims), x->dims.size()),
+           loc, "make a vector a matrix with unsqueeze (x.unsqueeze(0) for a row, x.unsqueeze(1) for a column)");
+    if (!is_floating(x->dtype))
+      fail(fmt::format("hl::dot multiplies floating-point blocks, but its {} operand is {}", which,
+                       dtype_name(x->dtype)),
+           loc, "convert it with .to(hl::f32) (or bf16/f16) first");
+  }
+  size_t ra = xa.dims.size(), rb = xb.dims.size();
+  int ka = xa.dims[ra - 1], kb = xb.dims[rb - 2];
+  if (ka != kb)
+    fail(fmt::format("hl::dot: contraction dims differ: {} @ {} contracts {} with {}", show(xa.dims),
+                     show(xb.dims), ir::dim_name(k_, ka), ir::dim_name(k_, kb)),
+         loc,
+         "the last dim of the first operand must be the second-to-last dim of the second, read with "
+         "the same tile (or the same whole dim); transpose an operand if needed");
+  std::vector<int> batch_a(xa.dims.begin(), xa.dims.end() - 2), batch_b(xb.dims.begin(), xb.dims.end() - 2);
+  std::vector<int> dims = broadcast_dims(batch_a, batch_b, loc, "hl::dot (batch dims)");
+  // A whole dim of size one in a product is a size-one dim (as hl::zeros({tm, 1}) makes it).
+  for (int d : {xa.dims[ra - 2], xb.dims[rb - 1]}) {
+    bool one = d != ir::kOne && k_.axes[size_t(d)].kind != ir::AxisKind::Tile && k_.axes[size_t(d)].extent == 1;
+    dims.push_back(one ? ir::kOne : d);
+  }
+  ir::Op op{ir::OpKind::Dot};
+  op.inputs = {va, vb};
+  op.loc = loc;
+  std::vector<const Var*> vars = {&a, &b};
+  if (acc) {
+    ir::ValueId vc = use(*acc, loc, "hl::dot (accumulator)");
+    const ir::Value& xc = k_.value(vc);
+    if (!is_floating(xc.dtype))
+      fail(fmt::format("hl::dot accumulates in f32, but its accumulator is {}", dtype_name(xc.dtype)), loc,
+           "start the accumulator with hl::zeros({...}) (f32)");
+    if (xc.dims.size() > dims.size() || broadcast_dims(xc.dims, dims, loc, "hl::dot (accumulator)") != dims)
+      fail(fmt::format("hl::dot: the accumulator has shape {} but a @ b has shape {}", show(xc.dims), show(dims)),
+           loc, "give the accumulator the shape of the product, e.g. hl::zeros({tm, tn})");
+    op.inputs.push_back(vc);
+    vars.push_back(acc);
+  }
+  return emit(op, DType::f32, dims, vars);
+}
+
 std::vector<int> Tracer::dims_of(const std::vector<hl::Size>& shape,
                                  const std::source_location& loc) {
   std::vector<int> dims;

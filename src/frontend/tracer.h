@@ -97,6 +97,8 @@ class Tracer {
   ir::ValueId reduce(ir::ReduceFn fn, const Var& x, int dim, bool keepdim,
                      const std::source_location& loc);
   ir::ValueId view(const Var& x, std::vector<int> dims, const std::source_location& loc);
+  // a @ b (+ acc): checks ranks, contraction dims, batch broadcasting and dtypes.
+  ir::ValueId dot(const Var& a, const Var& b, const Var* acc, const std::source_location& loc);
   ir::ValueId full(const std::vector<hl::Size>& shape, double value, DType dtype,
                    const std::source_location& loc);
   ir::ValueId tile_attr(ir::OpKind kind, const hl::Tile& t, const std::source_location& loc);

@@ -86,6 +86,27 @@ const Loop& Kernel::grid_loop() const {
   throw std::logic_error("kernel has no grid loop");
 }
 
+ValueId dot_operand_source(const Kernel& k, ValueId v, std::vector<ValueId>* path) {
+  for (;;) {
+    if (path) path->push_back(v);
+    int def = k.value(v).def_op;
+    if (def < 0) return v;
+    const Op& op = k.ops[size_t(def)];
+    if (op.kind == OpKind::View) {
+      v = op.inputs[0];
+      continue;
+    }
+    if (op.kind == OpKind::Cast) {
+      DType from = k.value(op.inputs[0]).dtype, to = k.value(v).dtype;
+      if (is_floating(from) && (to == DType::f32 || to == from)) {
+        v = op.inputs[0];
+        continue;
+      }
+    }
+    return v;
+  }
+}
+
 std::string dim_name(const Kernel& k, int dim) {
   if (dim == kOne) return "1";
   const Axis& ax = k.axes.at(size_t(dim));

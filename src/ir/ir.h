@@ -82,7 +82,7 @@ enum class OpKind {
   Cast,       // to dtype
   Reduce,     // fn: ReduceFn, over dim `dim`, keepdim
   View,       // same data, new dims (unsqueeze, squeeze, expand, permute, reshape by ones)
-  Dot,        // a @ b (+ acc): reserved for the matrix-product issue
+  Dot,        // a @ b (+ acc): inputs a [..., M, K], b [..., K, N] (, acc); f32 result [..., M, N]
   // effects
   Store,      // value into a block of a host tensor
 };
@@ -181,6 +181,10 @@ struct Kernel {
   // The grid loop (the kernel's single top-level loop).
   const Loop& grid_loop() const;
 };
+
+// The data behind a dot operand: follows views and widening casts (to f32, or to the same
+// dtype) from `v`. `path` (if given) receives every value passed, `v` first, the result last.
+ValueId dot_operand_source(const Kernel& k, ValueId v, std::vector<ValueId>* path = nullptr);
 
 // The block extent of a value dim for printing: "block_m", "1", "64".
 std::string dim_name(const Kernel& k, int dim);

@@ -82,6 +82,30 @@ void eliminate_dead_code(ir::Kernel& k) {
   }
 }
 
+void fuse_dot_accumulate(ir::Kernel& k) {
+  // `x + hl::dot(a, b)` (either order) becomes hl::dot(a, b, x) when the product is used only
+  // by that add and x does not widen it: the micro-kernel then accumulates onto x (in place
+  // when x is a loop-carried accumulator) instead of writing a product block and adding it.
+  std::vector<int> uses(k.values.size(), 0);
+  collect_uses(k, k.top, uses);
+  for (ir::Op& op : k.ops) {
+    if (op.kind != ir::OpKind::Binary || op.binary != ir::BinaryFn::Add || op.result < 0) continue;
+    for (int side = 0; side < 2; ++side) {
+      ir::ValueId d = op.inputs[size_t(side)], x = op.inputs[size_t(1 - side)];
+      int def = k.value(d).def_op;
+      if (def < 0 || uses[size_t(d)] != 1) continue;
+      const ir::Op& dot = k.ops[size_t(def)];
+      if (dot.kind != ir::OpKind::Dot || dot.inputs.size() != 2) continue;
+      if (k.value(op.result).dims != k.value(d).dims || !is_floating(k.value(x).dtype)) continue;
+      std::vector<ir::ValueId> inputs = {dot.inputs[0], dot.inputs[1], x};
+      op.kind = ir::OpKind::Dot;
+      op.inputs = inputs;
+      k.values[size_t(op.result)].dtype = DType::f32;
+      break;
+    }
+  }
+}
+
 void check_legality(ir::Kernel& k) {
   std::set<int> stored;
   collect_stores(k, k.top, stored);
@@ -100,6 +124,8 @@ void check_legality(ir::Kernel& k) {
 }
 
 void run_all(ir::Kernel& k) {
+  eliminate_dead_code(k);
+  fuse_dot_accumulate(k);
   eliminate_dead_code(k);
   check_legality(k);
 }

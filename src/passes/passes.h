@@ -7,6 +7,8 @@ namespace deuteron::passes {
 
 // Removes ops whose results nothing uses (reads of outputs before a store, unused values).
 void eliminate_dead_code(ir::Kernel& k);
+// `x + hl::dot(a, b)` -> hl::dot(a, b, x) when the product has no other use.
+void fuse_dot_accumulate(ir::Kernel& k);
 // Checks rules the tracer cannot see op by op: every output is written, loop-carried values
 // keep their dtype. Throws KernelError at the offending line.
 void check_legality(ir::Kernel& k);

@@ -71,10 +71,20 @@ class Generator {
     ++indent_;
     line("char* const fast = scratch + long(omp_get_thread_num()) * scratch_per_thread;");
     scratch_arrays();
-    line("#pragma omp for schedule(static)");
+    if (p_.dots.empty() || p_.threads == 1) {
+      line("#pragma omp for schedule(static)");
+    } else {
+      // Block products: chunks of consecutive grid steps (which share resident operand blocks)
+      // handed out as threads free up, about 8 per thread, so a thread slowed by something
+      // else on its core (a shared VM) does not hold the whole kernel back.
+      int64_t chunk = std::max<int64_t>(1, p_.grid_size() / (int64_t(p_.threads) * 8));
+      line(fmt::format("#pragma omp for schedule(dynamic, {})", chunk));
+    }
     line(fmt::format("for (int64_t pid = 0; pid < {}; ++pid) {{", p_.grid_size()));
     ++indent_;
     grid_indices(grid);
+    for (const plan::BlockSpec& s : p_.operands)
+      if (s.loop == int(&grid - k_.loops.data()) && s.placement == plan::Placement::Staged) emit_staged_copy(s, grid);
     body(int(&grid - k_.loops.data()));
     --indent_;
     line("}");
@@ -103,6 +113,7 @@ class Generator {
                        dtype_name(t.dtype), fmt::join(t.shape, ", ")));
     line(fmt::format("// fast memory: {} bytes per thread", p_.fast_memory_bytes));
     line("#include \"deuteron_cpu.h\"");
+    if (!p_.dots.empty()) line("#include \"deuteron_gemm.h\"  // hl::dot: micro-kernel and packing");
     line("");
     line("extern \"C\" int omp_get_thread_num(void);");
     line("");
@@ -154,6 +165,18 @@ class Generator {
       // Staged operands count their prefetched blocks in the budget; those live in the cache.
       offset += (std::max(bytes, spec ? spec->fast_bytes : 0) + 63) / 64 * 64;
     }
+    for (const plan::DotPlan& d : p_.dots)
+      for (int r = 0; r < 2; ++r) {
+        const plan::DotOperand& x = r == 0 ? d.a : d.b;
+        if (!x.pack_elements) continue;
+        line(fmt::format("float* const pack{}_{} = reinterpret_cast<float*>(fast + {});  // operand {} of %{}, packed by the dot",
+                         d.op, r == 0 ? "a" : "b", offset, r == 0 ? "a" : "b", k_.ops[size_t(d.op)].result));
+        offset += (x.pack_elements * 4 + 63) / 64 * 64;
+      }
+    for (const plan::BlockSpec& s : p_.operands)
+      if (s.reuse && s.placement != plan::Placement::InPlace)
+        line(fmt::format("int64_t tag{} = -1;  // grid block whose {} is in m{} (-1: none yet)", s.op,
+                         k_.tensors[size_t(s.tensor)].name, k_.ops[size_t(s.op)].result));
   }
 
   // The staging spec of a Load result, if it is staged or resident.
@@ -181,11 +204,28 @@ class Generator {
   void grid_indices(const ir::Loop& grid) {
     line("// this block's position in the grid (fastest axis last)");
     std::string rest = "pid";
+    size_t na = p_.grid_axes.size();
+    bool grouped = p_.grid_group > 1 && na >= 2 && p_.grid_blocks[na - 2] > 1;
+    if (grouped) {
+      // Groups of grid_group blocks along the second-fastest axis: consecutive steps walk down
+      // a group before moving along the fastest axis, so a block of an operand indexed by the
+      // fastest axis is reused grid_group times in a row.
+      int64_t nf = p_.grid_blocks[na - 1], ns = p_.grid_blocks[na - 2], g = p_.grid_group;
+      const std::string &f = axis(p_.grid_axes[na - 1]), &sl = axis(p_.grid_axes[na - 2]);
+      line(fmt::format("const int64_t plane = pid % {}, first = plane / {} * {};", nf * ns, g * nf, g));
+      line(fmt::format("const int64_t group_rows = {} - first < {} ? {} - first : {};", ns, g, ns, g));
+      line(fmt::format("const int64_t b_{} = first + plane % {} % group_rows;", sl, g * nf));
+      line(fmt::format("const int64_t b_{} = plane % {} / group_rows;", f, g * nf));
+      rest = fmt::format("(pid / {})", nf * ns);
+    }
     for (size_t i = p_.grid_axes.size(); i-- > 0;) {
       int a = p_.grid_axes[i];
       const std::string& n = axis(a);
-      if (i == 0) line(fmt::format("const int64_t b_{} = {};", n, rest));
-      else {
+      if (grouped && i + 2 >= na) {
+        // set above
+      } else if (i == 0) {
+        line(fmt::format("const int64_t b_{} = {};", n, rest));
+      } else {
         line(fmt::format("const int64_t b_{} = {} % {};", n, rest, p_.grid_blocks[i]));
         rest = fmt::format("({} / {})", rest, p_.grid_blocks[i]);
       }
@@ -212,7 +252,7 @@ class Generator {
       int d = dims[i];
       if (d == ir::kOne) continue;
       // Resident operands span the loop's whole extent: index them globally.
-      std::string var = resident_axis(v, d) ? fmt::format("(o_{0} + i_{0})", axis(d)) : fmt::format("i_{}", axis(d));
+      std::string var = resident_axis(v, d) ? fmt::format("(o_{} + {})", axis(d), ivar(d)) : ivar(d);
       std::string term = stride == 1 ? var : fmt::format("{} * {}", var, stride);
       idx = idx.empty() ? term : term + " + " + idx;
       stride *= storage_extent(v, d);
@@ -228,8 +268,14 @@ class Generator {
   // Global element index along axis `a` for tensor addressing.
   std::string global_index(int a) const {
     const ir::Axis& ax = k_.axes[size_t(a)];
-    if (ax.kind == ir::AxisKind::Tile) return fmt::format("(o_{} + i_{})", ax.name, ax.name);
-    return fmt::format("i_{}", ax.name);
+    if (ax.kind == ir::AxisKind::Tile) return fmt::format("(o_{} + {})", ax.name, ivar(a));
+    return ivar(a);
+  }
+  // The loop variable of an axis inside a block ("i_t0"), or what replaces it (a dot's base
+  // addresses put 0 there).
+  std::string ivar(int a) const {
+    auto it = ivar_.find(a);
+    return it == ivar_.end() ? "i_" + k_.axes[size_t(a)].name : it->second;
   }
 
   std::string address(const ir::Op& op) {
@@ -381,9 +427,15 @@ class Generator {
                  const std::function<void(size_t)>& before_level) {
     for (size_t i = 0; i < domain.size(); ++i) {
       before_level(i);
-      if (i + 1 == domain.size() && !inner_pragma.empty()) line(inner_pragma);
       const std::string& n = axis(domain[i]);
-      line(fmt::format("for (int64_t i_{0} = 0; i_{0} < n_{0}; ++i_{0}) {{", n));
+      auto r = range_.find(domain[i]);
+      // A dim of one element: no loop (a nest of trivial loops keeps GCC from vectorising the
+      // innermost one, reductions in particular).
+      bool one = r == range_.end() && !whole_.count(domain[i]) && p_.storage_extent(domain[i]) == 1;
+      if (i + 1 == domain.size() && !inner_pragma.empty() && !one) line(inner_pragma);
+      if (r != range_.end()) line(fmt::format("for (int64_t i_{0} = {1}; i_{0} < {2}; ++i_{0}) {{", n, r->second.first, r->second.second));
+      else if (one) line(fmt::format("{{ constexpr int64_t i_{} = 0;", n));
+      else line(fmt::format("for (int64_t i_{0} = 0; i_{0} < n_{0}; ++i_{0}) {{", n));
       ++indent_;
     }
     before_level(domain.size());
@@ -397,6 +449,10 @@ class Generator {
   }
 
   void emit_group(const plan::Group& g) {
+    if (g.ops.size() == 1 && k_.ops[size_t(g.ops[0])].kind == OpKind::Dot) {
+      emit_dot(*p_.dot_for_op(g.ops[0]));
+      return;
+    }
     scalars_.clear();
     const std::vector<int>& dom = g.domain;
     int inner = dom.empty() ? -2 : dom.back();
@@ -498,6 +554,10 @@ class Generator {
 
   // Stages this iteration's block of a streamed operand, prefetching the next ones.
   void emit_staged_copy(const plan::BlockSpec& s, const ir::Loop& l) {
+    if (s.dot >= 0) {
+      emit_packed_copy(s, l, false);
+      return;
+    }
     const ir::Op& op = k_.ops[size_t(s.op)];
     ir::ValueId v = op.result;
     scalars_.clear();
@@ -510,7 +570,16 @@ class Generator {
     open_nest(dom, dom.empty() ? "" : "#pragma omp simd", [](size_t) {});
     line(fmt::format("m{}[{}] = {};", v, storage_index(v), load_expr(op)));
     close_nest(dom, [](size_t) {});
-    if (s.buffers > 1 && !dom.empty()) {
+    emit_prefetch(s, l, dom);
+    --indent_;
+    line("}");
+    scalars_.clear();
+  }
+
+  // Prefetches the blocks the next `buffers - 1` iterations of the loop will stage.
+  void emit_prefetch(const plan::BlockSpec& s, const ir::Loop& l, const std::vector<int>& dom) {
+    const ir::Op& op = k_.ops[size_t(s.op)];
+    if (s.buffers > 1 && !dom.empty() && !l.grid) {
       // Prefetch the blocks the next iterations will stage, one cache line at a time.
       int a = l.axes.front();
       std::vector<int> outer(dom.begin(), dom.end() - 1);
@@ -536,6 +605,211 @@ class Generator {
       line("}");
       close_nest(outer, [](size_t) {});
     }
+  }
+
+  // ---- dots ----
+  static const char* elem_of(DType t) {
+    return t == DType::bf16 ? "dt::gemm::BF16" : t == DType::f16 ? "dt::gemm::F16" : "dt::gemm::F32";
+  }
+  std::string count(int a) const { return a == ir::kOne ? "1" : "n_" + axis(a); }
+  int64_t extent_of(int a) const { return a == ir::kOne ? 1 : p_.storage_extent(a); }
+  // Elements between neighbours along `axis` in a tensor read by `op` (0 if it does not vary).
+  int64_t tensor_stride(const ir::Op& op, int a) const {
+    int64_t st = 0;
+    for (size_t i = 0; i < op.index.size(); ++i)
+      if (a != ir::kOne && op.index[i].kind == ir::Index::Kind::Axis && op.index[i].axis == a)
+        st += k_.tensors[size_t(op.tensor)].strides[i];
+    return st;
+  }
+  // The same for a value's array in fast memory.
+  int64_t storage_stride(ir::ValueId v, int a) const {
+    ir::ValueId sv = storage_value(v);
+    int64_t st = 1;
+    const auto& dims = k_.value(sv).dims;
+    for (size_t i = dims.size(); i-- > 0;) {
+      if (dims[i] == ir::kOne) continue;
+      if (dims[i] == a) return st;
+      st *= storage_extent(sv, dims[i]);
+    }
+    return 0;
+  }
+  // Where an operand's data starts at the current position, its rows and cols at 0.
+  struct Src {
+    std::string ptr, elem;
+    int64_t rs = 0, cs = 0;
+  };
+  Src tensor_src(const ir::Op& load, int rows, int cols) {
+    for (int a : {rows, cols})
+      if (a != ir::kOne) ivar_[a] = "0";
+    Src s{fmt::format("{} + {}", tensor_name(load.tensor), address(load)),
+          elem_of(k_.tensors[size_t(load.tensor)].dtype), tensor_stride(load, rows), tensor_stride(load, cols)};
+    ivar_.clear();
+    return s;
+  }
+  Src memory_src(ir::ValueId v, int rows, int cols) {
+    for (int a : {rows, cols})
+      if (a != ir::kOne) ivar_[a] = "0";
+    Src s{fmt::format("m{} + {}", storage_value(v), storage_index(v)), "dt::gemm::F32", storage_stride(v, rows),
+          storage_stride(v, cols)};
+    ivar_.clear();
+    return s;
+  }
+  // Floats of one packed 2-D slab of operand r (0 = a, 1 = b) of value `operand`.
+  int64_t slab2d(ir::ValueId operand, int r) const {
+    const auto& d = k_.value(operand).dims;
+    int rows = d[d.size() - 2], cols = d.back();
+    return r == 0 ? plan::packed_a_elements(extent_of(rows), extent_of(cols))
+                  : plan::packed_b_elements(extent_of(rows), extent_of(cols));
+  }
+  // Packs operand r's block (at the current position, batch dims at i_*) into `dst`.
+  void pack_call(const ir::Op& load, ir::ValueId operand, int r, const std::string& dst) {
+    const auto& d = k_.value(operand).dims;
+    int rows = d[d.size() - 2], cols = d.back();
+    Src src = tensor_src(load, rows, cols);
+    int64_t kstride = extent_of(r == 0 ? cols : rows);
+    line(fmt::format("dt::gemm::pack_{}<{}>({}, {}, {}, {}, {}, {}, {});", r == 0 ? "a" : "b", src.elem, src.ptr,
+                     src.rs, src.cs, count(rows), count(cols), kstride, dst));
+  }
+  // Linear index of the operand's batch position (its non-one batch dims, at i_*) in slabs.
+  std::string batch_slab(ir::ValueId operand) const {
+    const auto& d = k_.value(operand).dims;
+    std::string idx;
+    for (size_t i = 0; i + 2 < d.size(); ++i) {
+      if (d[i] == ir::kOne) continue;
+      idx = idx.empty() ? "i_" + axis(d[i]) : fmt::format("({}) * {} + i_{}", idx, extent_of(d[i]), axis(d[i]));
+    }
+    return idx;
+  }
+  std::string reuse_key(const plan::BlockSpec& s) const {
+    std::string key;
+    for (int a : s.reuse_axes) {
+      size_t i = size_t(std::find(p_.grid_axes.begin(), p_.grid_axes.end(), a) - p_.grid_axes.begin());
+      key = key.empty() ? "b_" + axis(a) : fmt::format("({}) * {} + b_{}", key, p_.grid_blocks[i], axis(a));
+    }
+    return key.empty() ? "0" : key;
+  }
+
+  // Packs a dot operand's block (staged: this iteration's; resident: every block of the loop)
+  // into fast memory in the micro-kernel's layout.
+  void emit_packed_copy(const plan::BlockSpec& s, const ir::Loop& l, bool resident) {
+    const ir::Op& load = k_.ops[size_t(s.op)];
+    const ir::Op& dop = k_.ops[size_t(s.dot)];
+    ir::ValueId operand = dop.inputs[size_t(s.dot_operand)];
+    ir::ValueId v = load.result;
+    scalars_.clear();
+    line(fmt::format("// pack {} {} of {} into fast memory as operand {} of %{}", resident ? "every block" : "this block",
+                     l.grid ? "(for this grid step)" : resident ? "of the loop" : "(stream)",
+                     k_.tensors[size_t(load.tensor)].name, s.dot_operand == 0 ? "a" : "b", dop.result));
+    line("{");
+    ++indent_;
+    if (s.reuse) {
+      line(fmt::format("const int64_t key = {};", reuse_key(s)));
+      line(fmt::format("if (tag{} != key) {{  // not already packed by this thread's previous grid step", s.op));
+      ++indent_;
+      line(fmt::format("tag{} = key;", s.op));
+    }
+    const auto& od = k_.value(operand).dims;
+    std::string dst = fmt::format("m{}", v);
+    int la = l.axes.front();
+    bool blocks = resident && std::find(od.begin(), od.end(), la) != od.end();
+    if (blocks) {
+      const std::string& n = axis(la);
+      line(fmt::format("for (int64_t o_{0} = 0, blk_{0} = 0; o_{0} < {1}; o_{0} += B_{0}, ++blk_{0}) {{", n,
+                       k_.axes[size_t(la)].extent));
+      ++indent_;
+      line(fmt::format("const int64_t n_{0} = B_{0} < {1} - o_{0} ? B_{0} : {1} - o_{0};", n, k_.axes[size_t(la)].extent));
+      dst = fmt::format("{} + blk_{} * {}", dst, n, s.slab_elements);
+    }
+    std::vector<int> batch;
+    for (size_t i = 0; i + 2 < od.size(); ++i)
+      if (od[i] != ir::kOne) batch.push_back(od[i]);
+    open_nest(batch, "", [](size_t) {});
+    std::string b = batch_slab(operand);
+    pack_call(load, operand, s.dot_operand, b.empty() ? dst : fmt::format("{} + ({}) * {}", dst, b, slab2d(operand, s.dot_operand)));
+    close_nest(batch, [](size_t) {});
+    if (blocks) {
+      --indent_;
+      line("}");
+    }
+    if (s.reuse) {
+      --indent_;
+      line("}");
+    }
+    if (!resident) {
+      std::vector<int> dom;
+      for (int d : k_.value(v).dims)
+        if (d != ir::kOne) dom.push_back(d);
+      emit_prefetch(s, l, dom);
+    }
+    --indent_;
+    line("}");
+    scalars_.clear();
+  }
+
+  // A dot group: C (+)= A B per batch position, by the micro-kernel library.
+  void emit_dot(const plan::DotPlan& d) {
+    const ir::Op& op = k_.ops[size_t(d.op)];
+    ir::ValueId r = op.result;
+    const auto& rd = k_.value(r).dims;
+    int m = rd[rd.size() - 2], n = rd.back();
+    int kx = k_.value(op.inputs[0]).dims.back();
+    scalars_.clear();
+    line(fmt::format("// %{} = %{} @ %{}{}: [{} x {}] @ [{} x {}] per block, f32 accumulation", r, op.inputs[0],
+                     op.inputs[1], op.inputs.size() > 2 ? fmt::format(" + %{}", op.inputs[2]) : "",
+                     m == ir::kOne ? "1" : axis(m), kx == ir::kOne ? "1" : axis(kx), kx == ir::kOne ? "1" : axis(kx),
+                     n == ir::kOne ? "1" : axis(n)));
+    line("{");
+    ++indent_;
+    bool accumulate = op.inputs.size() > 2;
+    if (accumulate && !(d.acc_phi >= 0 && op.inputs[2] == d.acc_phi))
+      emit_copy(r, op.inputs[2], d.acc_phi >= 0 ? "the accumulator operand, computed in place" : "the accumulator operand");
+    std::vector<int> batch;
+    for (size_t i = 0; i + 2 < rd.size(); ++i)
+      if (rd[i] != ir::kOne) batch.push_back(rd[i]);
+    open_nest(batch, "", [](size_t) {});
+    std::string views[2];
+    for (int x = 0; x < 2; ++x) {
+      const plan::DotOperand& o = x == 0 ? d.a : d.b;
+      const auto& od = k_.value(o.value).dims;
+      int rows = od[od.size() - 2], cols = od.back();
+      int64_t kstride = extent_of(x == 0 ? cols : rows);
+      const char* role = x == 0 ? "a" : "b";
+      if (o.read == plan::DotRead::Packed) {
+        const plan::BlockSpec* s = p_.spec_for_op(o.load_op);
+        std::string ptr = fmt::format("m{}", k_.ops[size_t(o.load_op)].result);
+        if (s->placement == plan::Placement::Resident) {
+          int la = k_.loops[size_t(s->loop)].axes.front();
+          if (std::find(od.begin(), od.end(), la) != od.end())
+            ptr += fmt::format(" + o_{0} / B_{0} * {1}", axis(la), s->slab_elements);
+        }
+        std::string b = batch_slab(o.value);
+        if (!b.empty()) ptr += fmt::format(" + ({}) * {}", b, slab2d(o.value, x));
+        views[x] = fmt::format("dt::gemm::{}_packed({}, {})", role, ptr, kstride);
+      } else if (o.read == plan::DotRead::PackInGroup) {
+        std::string buf = fmt::format("pack{}_{}", d.op, role);
+        if (o.load_op >= 0) {
+          pack_call(k_.ops[size_t(o.load_op)], o.value, x, buf);
+        } else {
+          Src src = memory_src(o.source, rows, cols);
+          line(fmt::format("dt::gemm::pack_{}<dt::gemm::F32>({}, {}, {}, {}, {}, {}, {});", role, src.ptr, src.rs,
+                           src.cs, count(rows), count(cols), kstride, buf));
+        }
+        views[x] = fmt::format("dt::gemm::{}_packed({}, {})", role, buf, kstride);
+      } else {
+        Src src = o.load_op >= 0 ? tensor_src(k_.ops[size_t(o.load_op)], rows, cols) : memory_src(o.source, rows, cols);
+        views[x] = x == 0 ? fmt::format("dt::gemm::a_in_place({}, {}, {})", src.ptr, src.rs, src.cs)
+                          : fmt::format("dt::gemm::b_in_place({}, {})", src.ptr, src.rs);
+      }
+    }
+    for (int a : {m, n})
+      if (a != ir::kOne) ivar_[a] = "0";
+    std::string c = fmt::format("m{} + {}", storage_value(r), storage_index(r));
+    ivar_.clear();
+    line(fmt::format("dt::gemm::gemm({}, {}, {},", count(m), count(n), count(kx)));
+    line(fmt::format("               {},", views[0]));
+    line(fmt::format("               {},", views[1]));
+    line(fmt::format("               {}, {}, {});", c, m == ir::kOne ? 0 : storage_stride(r, m), accumulate ? "true" : "false"));
+    close_nest(batch, [](size_t) {});
     --indent_;
     line("}");
     scalars_.clear();
@@ -543,6 +817,10 @@ class Generator {
 
   // Stages the whole extent of a resident operand once, before its loop starts.
   void emit_resident_copy(const plan::BlockSpec& s, const ir::Loop& l) {
+    if (s.dot >= 0) {
+      emit_packed_copy(s, l, true);
+      return;
+    }
     const ir::Op& op = k_.ops[size_t(s.op)];
     ir::ValueId v = op.result;
     scalars_.clear();
@@ -552,11 +830,14 @@ class Generator {
     line(fmt::format("// stage all of {} this loop reads into fast memory, once", k_.tensors[size_t(op.tensor)].name));
     line("{");
     ++indent_;
-    for (int a : l.axes)  // the loop's axes span their whole extent here
+    for (int a : l.axes) {  // the loop's axes span their whole extent here
       line(fmt::format("const int64_t o_{0} = 0, n_{0} = {1};", axis(a), k_.axes[size_t(a)].extent));
+      whole_.insert(a);
+    }
     open_nest(dom, dom.empty() ? "" : "#pragma omp simd", [](size_t) {});
     line(fmt::format("m{}[{}] = {};", v, storage_index(v), load_expr(op)));
     close_nest(dom, [](size_t) {});
+    whole_.clear();
     --indent_;
     line("}");
     scalars_.clear();
@@ -570,12 +851,50 @@ class Generator {
     return fmt::format("(o_{} + n_{})", axis(op.axis), axis(op.axis));
   }
 
+  // Whether a group after a dot's loop may run in sub-tiles of the dot's N block: it maps
+  // over that axis and reduces nothing (a reduction would need the whole block).
+  bool subtile_eligible(const plan::Group& g) const {
+    if (std::find(g.domain.begin(), g.domain.end(), p_.epilogue_axis) == g.domain.end()) return false;
+    for (int o : g.ops)
+      if (k_.ops[size_t(o)].kind == OpKind::Reduce || k_.ops[size_t(o)].kind == OpKind::Dot) return false;
+    return true;
+  }
+
+  // Runs groups [first, last) of a body once per sub-tile of the epilogue axis.
+  void emit_subtiled(const std::vector<plan::Item>& items, size_t first, size_t last) {
+    int a = p_.epilogue_axis;
+    const std::string& n = axis(a);
+    int64_t sub = (p_.block[size_t(a)] + p_.epilogue_subtiles - 1) / p_.epilogue_subtiles;
+    sub = std::max<int64_t>(16, (sub + 15) / 16 * 16);
+    line(fmt::format("// epilogue in sub-tiles of {} along {}", sub, n));
+    line(fmt::format("for (int64_t s_{0} = 0; s_{0} < n_{0}; s_{0} += {1}) {{", n, sub));
+    ++indent_;
+    line(fmt::format("const int64_t e_{0} = s_{0} + {1} < n_{0} ? s_{0} + {1} : n_{0};", n, sub));
+    range_[a] = {"s_" + n, "e_" + n};
+    for (size_t i = first; i < last; ++i) emit_group(items[i].group);
+    range_.erase(a);
+    --indent_;
+    line("}");
+  }
+
   void body(int loop_id) {
-    for (const plan::Item& it : p_.bodies[size_t(loop_id)]) {
+    const std::vector<plan::Item>& items = p_.bodies[size_t(loop_id)];
+    bool after_dot = false;
+    for (size_t ii = 0; ii < items.size(); ++ii) {
+      const plan::Item& it = items[ii];
       if (!it.is_loop) {
+        if (after_dot && subtile_eligible(it.group)) {
+          size_t last = ii;
+          while (last < items.size() && !items[last].is_loop && subtile_eligible(items[last].group)) ++last;
+          emit_subtiled(items, ii, last);
+          ii = last - 1;
+          continue;
+        }
         emit_group(it.group);
         continue;
       }
+      if (p_.epilogue_subtiles > 1 && p_.epilogue_axis >= 0)
+        for (const plan::DotPlan& d : p_.dots) after_dot = after_dot || d.loop == it.loop;
       const ir::Loop& l = k_.loops[size_t(it.loop)];
       for (const ir::Carried& c : l.carried) alias_[c.result] = c.phi;
       std::vector<std::string> names;
@@ -600,7 +919,7 @@ class Generator {
         if (s.loop == it.loop && s.placement == plan::Placement::Staged) emit_staged_copy(s, l);
       body(it.loop);
       for (const ir::Carried& c : l.carried)
-        if (source(c.next) != c.phi) emit_copy(c.phi, c.next, fmt::format("%{} = %{} for the next iteration", c.phi, c.next).c_str());
+        if (storage_value(source(c.next)) != c.phi) emit_copy(c.phi, c.next, fmt::format("%{} = %{} for the next iteration", c.phi, c.next).c_str());
       for (size_t i = 0; i < l.axes.size(); ++i) {
         --indent_;
         line("}");
@@ -623,6 +942,8 @@ class Generator {
       }
     };
     walk(k_.top);
+    for (const plan::DotPlan& d : p_.dots)
+      if (d.acc_phi >= 0) alias_[k_.ops[size_t(d.op)].result] = d.acc_phi;
   }
 
  private:
@@ -633,6 +954,9 @@ class Generator {
   std::map<ir::ValueId, std::string> scalars_;  // values computed as scalars in this group
   std::map<ir::ValueId, ir::ValueId> alias_;  // loop results share their phi's storage
   std::set<int> stored_;
+  std::map<int, std::string> ivar_;  // axis -> replacement of its loop variable
+  std::set<int> whole_;  // axes spanning their whole extent here (a resident copy)
+  std::map<int, std::pair<std::string, std::string>> range_;  // axis -> [lo, hi) of its block loop
 };
 
 }  // namespace

@@ -1,0 +1,443 @@
+// hl::dot: its errors, its semantics (addmm form, transposed and batched operands, broadcasting,
+// mixed dtypes, computed operands) against plain double-precision loops at ragged shapes and size
+// one, under every way its operands can reach the micro-kernel (in place, packed by the dot,
+// packed by a streamed or resident copy), and the plan decisions behind those.
+#include <cmath>
+#include <functional>
+#include <optional>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "deuteron/deuteron.h"
+#include "driver/driver.h"
+#include "plan/plan.h"
+
+namespace deuteron {
+namespace {
+
+namespace hl = deuteron::hl;
+
+int mistake_line = 0;
+#define THE_MISTAKE_IS_ON_THE_NEXT_LINE() (mistake_line = __LINE__ + 1)
+
+std::vector<double> doubles(const Tensor& t) {
+  std::vector<double> v(size_t(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) v[size_t(i)] = t.get(i);
+  return v;
+}
+
+// Row-major [batch, m, k] @ [batch, k, n] in double (a_t: a stored [k, m]; b_t: b stored
+// [n, k]); an operand with a single batch broadcasts.
+std::vector<double> product(const std::vector<double>& a, const std::vector<double>& b, int64_t batch, int64_t m,
+                            int64_t k, int64_t n, bool a_t = false, bool b_t = false) {
+  std::vector<double> c(size_t(batch * m * n), 0.0);
+  int64_t ab = int64_t(a.size()) == m * k ? 0 : m * k, bb = int64_t(b.size()) == k * n ? 0 : k * n;
+  for (int64_t g = 0; g < batch; ++g)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t p = 0; p < k; ++p)
+          s += a[size_t(g * ab + (a_t ? p * m + i : i * k + p))] * b[size_t(g * bb + (b_t ? j * k + p : p * n + j))];
+        c[size_t((g * m + i) * n + j)] = s;
+      }
+  return c;
+}
+std::vector<double> product(const Tensor& a, const Tensor& b, int64_t batch, int64_t m, int64_t k, int64_t n,
+                            bool a_t = false, bool b_t = false) {
+  return product(doubles(a), doubles(b), batch, m, k, n, a_t, b_t);
+}
+
+void expect_close(const Tensor& got, const std::vector<double>& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.numel(), int64_t(want.size())) << what;
+  int bad = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    double g = got.get(i), w = want[size_t(i)];
+    if (std::abs(g - w) > tol + tol * std::abs(w) && bad++ < 5)
+      ADD_FAILURE() << what << ": element " << i << " is " << g << ", want " << w;
+  }
+}
+
+// The configs every semantic test runs under: the default, each operand strategy, and small
+// blocks (ragged edges in every dim, remainders of every row count).
+std::vector<std::optional<config::Config>> configs_for(const KernelBase& k, const std::vector<Arg>& args) {
+  auto s = driver::specialize(k, frontend::describe_args(k, args), "cpu");
+  std::vector<std::optional<config::Config>> out = {config::Config()};
+  auto has = [&](const std::string& name) {
+    for (const auto& t : s.space.tunables())
+      if (t.name == name) return true;
+    return false;
+  };
+  // every loop streamed; every loop resident; each dot operand its own way
+  config::Config stream, resident, mixed;
+  int nth = 0;
+  for (const auto& t : s.space.tunables()) {
+    if (t.name.rfind("inner_", 0) != 0) continue;
+    bool own = std::find(t.values.begin(), t.values.end(), config::Json("loop")) != t.values.end();
+    if (!own) {
+      stream.set(t.name, "stream");
+      resident.set(t.name, "resident");
+    } else {
+      mixed.set(t.name, (nth++ % 3 == 0) ? "resident" : nth % 3 == 2 ? "stream" : "in_place");
+    }
+  }
+  for (const auto* c : {&stream, &resident, &mixed})
+    if (!c->values().empty()) out.push_back(*c);
+  config::Config small;
+  for (const auto& t : s.space.tunables())
+    if (t.kind == config::Tunable::Kind::BlockSize) small.set(t.name, t.values.size() > 3 ? t.values[3] : t.values.back());
+  if (has("grid_group")) small.set("grid_group", 2);
+  out.push_back(small);
+  std::vector<std::optional<config::Config>> fit;
+  for (auto& c : out) {
+    try {
+      driver::lower(s, s.space.complete(*c));
+      fit.push_back(c);
+    } catch (const ConfigError&) {
+    }
+  }
+  return fit;
+}
+
+void check_all_configs(const KernelBase& k, const std::vector<Arg>& args, const std::vector<double>& want,
+                       double tol, size_t which = 0) {
+  for (const auto& c : configs_for(k, args)) {
+    auto r = driver::run(k, args, "cpu", c);
+    expect_close(r.outputs.at(which), want, tol, fmt::format("{} config {}", k.name(), r.config.dump()));
+  }
+}
+
+const std::vector<std::vector<int64_t>> kMKN = {{37, 29, 70}, {1, 1, 1}, {64, 64, 64}, {130, 67, 100}, {5, 200, 3}};
+
+// ---- semantics ----------------------------------------------------------------------------------
+
+TEST(Dot, WholeOperandsWithoutLoop) {
+  static const auto k = deuteron::kernel("dot_whole", [](hl::Tensor x, hl::Tensor y) {
+    auto out = hl::empty({x.size(0), y.size(1)});
+    for (auto [tm, tn] : hl::tile({x.size(0), y.size(1)})) out[{tm, tn}] = hl::dot(x[{tm, hl::all}], y[{hl::all, tn}]);
+    return out;
+  });
+  for (auto s : kMKN) {
+    Tensor x = Tensor::rand({s[0], s[1]}, DType::f32, 1), y = Tensor::rand({s[1], s[2]}, DType::f32, 2);
+    check_all_configs(k, {x, y}, product(x, y, 1, s[0], s[1], s[2]), 1e-5);
+  }
+}
+
+TEST(Dot, AccumulatePlusEqualsIsFusedIntoTheProduct) {
+  static const auto k = deuteron::kernel("dot_plus_equals", [](hl::Tensor x, hl::Tensor y) {
+    auto out = hl::empty({x.size(0), y.size(1)});
+    for (auto [tm, tn] : hl::tile({x.size(0), y.size(1)})) {
+      auto acc = hl::zeros({tm, tn});
+      for (auto tk : hl::tile(x.size(1))) acc += hl::dot(x[{tm, tk}], y[{tk, tn}]);
+      out[{tm, tn}] = acc;
+    }
+    return out;
+  });
+  for (auto s : kMKN) {
+    Tensor x = Tensor::rand({s[0], s[1]}, DType::f32, 3), y = Tensor::rand({s[1], s[2]}, DType::f32, 4);
+    check_all_configs(k, {x, y}, product(x, y, 1, s[0], s[1], s[2]), 1e-5);
+  }
+  // acc + dot became one dot with an accumulator, accumulating in place.
+  Tensor x = Tensor::rand({37, 29}, DType::f32, 3), y = Tensor::rand({29, 70}, DType::f32, 4);
+  auto sp = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu");
+  int dots = 0;
+  for (const auto& loop : sp.ir.loops)
+    for (const auto& st : loop.body)
+      if (st.kind == ir::Stmt::Kind::Op) {
+        const ir::Op& op = sp.ir.ops[size_t(st.id)];
+        EXPECT_FALSE(op.kind == ir::OpKind::Binary && op.binary == ir::BinaryFn::Add);
+        if (op.kind == ir::OpKind::Dot) {
+          ++dots;
+          EXPECT_EQ(op.inputs.size(), 3u);
+        }
+      }
+  EXPECT_EQ(dots, 1);
+  plan::Plan p = driver::lower(sp, sp.space.default_config());
+  ASSERT_EQ(p.dots.size(), 1u);
+  EXPECT_GE(p.dots[0].acc_phi, 0);
+}
+
+TEST(Dot, TransposedOperands) {
+  // out = xtᵀ @ ytᵀ with xt [K, M] and yt [N, K] stored transposed.
+  static const auto k = deuteron::kernel("dot_transposed", [](hl::Tensor xt, hl::Tensor yt) {
+    int64_t m = xt.size(1), kk = xt.size(0), n = yt.size(0);
+    auto out = hl::empty({m, n});
+    for (auto [tm, tn] : hl::tile({m, n})) {
+      auto acc = hl::zeros({tm, tn});
+      for (auto tk : hl::tile(kk)) acc = hl::dot(xt[{tk, tm}].transpose(0, 1), yt[{tn, tk}].transpose(1, 0), acc);
+      out[{tm, tn}] = acc;
+    }
+    return out;
+  });
+  for (auto s : kMKN) {
+    Tensor xt = Tensor::rand({s[1], s[0]}, DType::f32, 5), yt = Tensor::rand({s[2], s[1]}, DType::f32, 6);
+    check_all_configs(k, {xt, yt}, product(xt, yt, 1, s[0], s[1], s[2], true, true), 1e-5);
+  }
+}
+
+TEST(Dot, BatchedWithBroadcastOperands) {
+  // [B, M, K] @ [K, N] and [M, K] @ [B, K, N], as torch.matmul broadcasts them.
+  static const auto k = deuteron::kernel("dot_broadcast", [](hl::Tensor x, hl::Tensor w, hl::Tensor x2, hl::Tensor w2) {
+    int64_t b = x.size(0), m = x.size(1), kk = x.size(2), n = w.size(1);
+    auto out = hl::empty({b, m, n}), out2 = hl::empty({b, m, n});
+    for (auto [tb, tm, tn] : hl::tile({b, m, n})) {
+      auto acc = hl::zeros({tb, tm, tn});
+      auto acc2 = hl::zeros({tb, tm, tn});
+      for (auto tk : hl::tile(kk)) {
+        acc = hl::dot(x[{tb, tm, tk}], w[{tk, tn}], acc);
+        acc2 = hl::dot(x2[{tm, tk}], w2[{tb, tk, tn}], acc2);
+      }
+      out[{tb, tm, tn}] = acc;
+      out2[{tb, tm, tn}] = acc2;
+    }
+    return std::make_tuple(out, out2);
+  });
+  for (auto s : std::vector<std::vector<int64_t>>{{3, 37, 29, 70}, {1, 1, 1, 1}, {2, 64, 64, 64}}) {
+    Tensor x = Tensor::rand({s[0], s[1], s[2]}, DType::f32, 7), w = Tensor::rand({s[2], s[3]}, DType::f32, 8);
+    Tensor x2 = Tensor::rand({s[1], s[2]}, DType::f32, 9), w2 = Tensor::rand({s[0], s[2], s[3]}, DType::f32, 10);
+    std::vector<Arg> args = {x, w, x2, w2};
+    check_all_configs(k, args, product(x, w, s[0], s[1], s[2], s[3]), 1e-5, 0);
+    check_all_configs(k, args, product(x2, w2, s[0], s[1], s[2], s[3]), 1e-5, 1);
+  }
+}
+
+TEST(Dot, AccumulatorExpressionAndBroadcastAccumulator) {
+  // acc = dot(x, y, acc * 0.5) halves the running sum each step; out2 = bias[n] + x @ y.
+  static const auto k = deuteron::kernel("dot_acc_expr", [](hl::Tensor x, hl::Tensor y, hl::Tensor bias) {
+    int64_t m = x.size(0), kk = x.size(1), n = y.size(1);
+    auto out = hl::empty({m, n}), out2 = hl::empty({m, n});
+    for (auto [tm, tn] : hl::tile({m, n})) {
+      auto acc = hl::zeros({tm, tn});
+      for (auto tk : hl::tile(kk, {.block_size = 16})) acc = hl::dot(x[{tm, tk}], y[{tk, tn}], acc * 0.5);
+      out[{tm, tn}] = acc;
+      out2[{tm, tn}] = hl::addmm(bias[tn], x[{tm, hl::all}], y[{hl::all, tn}]);
+    }
+    return std::make_tuple(out, out2);
+  });
+  for (auto s : kMKN) {
+    Tensor x = Tensor::rand({s[0], s[1]}, DType::f32, 11), y = Tensor::rand({s[1], s[2]}, DType::f32, 12);
+    Tensor bias = Tensor::rand({s[2]}, DType::f32, 13);
+    std::vector<double> want(size_t(s[0] * s[2]), 0.0);
+    for (int64_t k0 = 0; k0 < s[1]; k0 += 16) {
+      for (double& v : want) v *= 0.5;
+      for (int64_t i = 0; i < s[0]; ++i)
+        for (int64_t j = 0; j < s[2]; ++j)
+          for (int64_t p = k0; p < std::min(k0 + 16, s[1]); ++p)
+            want[size_t(i * s[2] + j)] += x.get(i * s[1] + p) * y.get(p * s[2] + j);
+    }
+    std::vector<Arg> args = {x, y, bias};
+    check_all_configs(k, args, want, 1e-5, 0);
+    auto want2 = product(x, y, 1, s[0], s[1], s[2]);
+    for (int64_t i = 0; i < s[0]; ++i)
+      for (int64_t j = 0; j < s[2]; ++j) want2[size_t(i * s[2] + j)] += bias.get(j);
+    check_all_configs(k, args, want2, 1e-5, 1);
+  }
+}
+
+TEST(Dot, ComputedOperandsAndProductUsedElementwise) {
+  // p = exp(x) (a value in fast memory) as A, and as a transposed B; the product feeds more ops.
+  static const auto k = deuteron::kernel("dot_computed", [](hl::Tensor x, hl::Tensor y) {
+    int64_t m = x.size(0), kk = x.size(1), n = y.size(1);
+    auto out = hl::empty({m, n}), out2 = hl::empty({m, m});
+    for (auto tm : hl::tile(m)) {
+      auto p = hl::exp(x[{tm, hl::all}]);  // [tm, K]
+      for (auto tn : hl::tile(n)) out[{tm, tn}] = hl::dot(p, y[{hl::all, tn}]) * 2.0 + 1.0;
+      out2[{tm, hl::all}] = hl::dot(p, hl::exp(x[{hl::all, hl::all}]).transpose(0, 1));  // p @ exp(x)ᵀ
+    }
+    return std::make_tuple(out, out2);
+  });
+  // (M != K: both whole dims of x must be distinct axes)
+  for (auto s : std::vector<std::vector<int64_t>>{{37, 29, 70}, {64, 48, 64}, {1, 3, 1}}) {
+    Tensor x = Tensor::rand({s[0], s[1]}, DType::f32, 14, -1, 1), y = Tensor::rand({s[1], s[2]}, DType::f32, 15);
+    std::vector<double> ex = doubles(x);
+    for (double& v : ex) v = std::exp(v);
+    auto want = product(ex, doubles(y), 1, s[0], s[1], s[2]);
+    for (double& v : want) v = v * 2 + 1;
+    check_all_configs(k, {x, y}, want, 2e-5, 0);
+    check_all_configs(k, {x, y}, product(ex, ex, 1, s[0], s[1], s[0], false, true), 2e-5, 1);
+  }
+}
+
+TEST(Dot, LowPrecisionAndMixedInputs) {
+  static const auto k = deuteron::kernel("dot_mixed", [](hl::Tensor x, hl::Tensor y) {
+    auto out = hl::empty({x.size(0), y.size(1)});
+    for (auto [tm, tn] : hl::tile({x.size(0), y.size(1)})) {
+      auto acc = hl::zeros({tm, tn});
+      for (auto tk : hl::tile(x.size(1))) acc = hl::dot(x[{tm, tk}], y[{tk, tn}].to(DType::f32), acc);
+      out[{tm, tn}] = acc;
+    }
+    return out;
+  });
+  for (DType a : {DType::bf16, DType::f16, DType::f32})
+    for (DType b : {DType::bf16, DType::f16, DType::f32})
+      for (auto s : std::vector<std::vector<int64_t>>{{37, 29, 70}, {1, 1, 1}}) {
+        Tensor x = Tensor::rand({s[0], s[1]}, a, 16), y = Tensor::rand({s[1], s[2]}, b, 17);
+        // inputs are exact in their dtype; products and sums are f32
+        check_all_configs(k, {x, y}, product(x, y, 1, s[0], s[1], s[2]), 1e-5);
+      }
+}
+
+TEST(Dot, GridGroupsVisitEveryBlockOnce) {
+  static const auto k = deuteron::kernel("dot_grouped", [](hl::Tensor x, hl::Tensor y) {
+    auto out = hl::empty({x.size(0), y.size(1)});
+    for (auto [tm, tn] : hl::tile({x.size(0), y.size(1)})) {
+      auto acc = hl::zeros({tm, tn});
+      for (auto tk : hl::tile(x.size(1))) acc = hl::dot(x[{tm, tk}], y[{tk, tn}], acc);
+      out[{tm, tn}] = acc;
+    }
+    return out;
+  });
+  Tensor x = Tensor::rand({83, 40}, DType::f32, 18), y = Tensor::rand({40, 45}, DType::f32, 19);
+  auto want = product(x, y, 1, 83, 40, 45);
+  for (int g : {1, 2, 4, 8})
+    for (auto order : {std::vector<int>{0, 1}, std::vector<int>{1, 0}})
+      for (int threads : {1, 2}) {
+        config::Config c;
+        c.set("block_t0", 8);
+        c.set("block_t1", 8);
+        c.set("grid_group", g);
+        c.set("grid_order", order);
+        c.set("num_threads", threads);
+        c.set("inner_t2", "resident");
+        auto r = driver::run(k, {x, y}, "cpu", c);
+        expect_close(r.outputs[0], want, 1e-5, c.dump());
+      }
+}
+
+// ---- plan decisions -----------------------------------------------------------------------------
+
+TEST(DotPlan, OperandsReachTheMicroKernelAsConfigured) {
+  static const auto k = deuteron::kernel("dot_plan", [](hl::Tensor x, hl::Tensor y) {
+    auto out = hl::empty({x.size(0), y.size(1)});
+    for (auto [tm, tn] : hl::tile({x.size(0), y.size(1)})) {
+      auto acc = hl::zeros({tm, tn});
+      for (auto tk : hl::tile(x.size(1))) acc = hl::dot(x[{tm, tk}], y[{tk, tn}], acc);
+      out[{tm, tn}] = acc;
+    }
+    return out;
+  });
+  Tensor x = Tensor::rand({256, 2048}, DType::f32, 1), y = Tensor::rand({2048, 256}, DType::f32, 2);
+  auto s = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu");
+  auto lower = [&](const std::string& json) { return driver::lower(s, s.space.complete(config::Config::parse(json))); };
+  // By default the f32 A operand is read in place and B is resident (packed once per grid step,
+  // kept while its column of blocks repeats: the M dim is the grid's fastest).
+  plan::Plan p = lower("{}");
+  EXPECT_EQ(p.dots[0].a.read, plan::DotRead::InPlace);
+  EXPECT_EQ(p.dots[0].b.read, plan::DotRead::Packed);
+  EXPECT_EQ(p.spec_for_op(p.dots[0].b.load_op)->placement, plan::Placement::Resident);
+  EXPECT_EQ(p.grid_axes.back(), p.kernel.value(p.kernel.ops[size_t(p.dots[0].op)].result).dims[0]);
+  // f32 row-major operands can both be read in place.
+  p = lower(R"({"inner_t2_arg0": "in_place", "inner_t2_arg1": "in_place"})");
+  EXPECT_EQ(p.dots[0].a.read, plan::DotRead::InPlace);
+  EXPECT_EQ(p.dots[0].b.read, plan::DotRead::InPlace);
+  // Streamed and resident operands are packed by their copy; a resident one is kept while the
+  // grid index it depends on repeats.
+  p = lower(R"({"inner_t2_arg0": "stream", "inner_t2_arg1": "resident", "block_t0": 64, "block_t1": 64, "block_t2": 128})");
+  EXPECT_EQ(p.dots[0].a.read, plan::DotRead::Packed);
+  EXPECT_EQ(p.dots[0].b.read, plan::DotRead::Packed);
+  const plan::BlockSpec* b = p.spec_for_op(p.dots[0].b.load_op);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->placement, plan::Placement::Resident);
+  EXPECT_TRUE(b->reuse);
+  ASSERT_EQ(b->reuse_axes.size(), 1u);
+  EXPECT_EQ(s.ir.axes[size_t(b->reuse_axes[0])].name, "t1");
+  EXPECT_EQ(b->fast_bytes, 2048 * 64 * 4);  // every K block of a 64-column panel
+  // A resident operand that does not fit the fast memory is refused.
+  EXPECT_THROW(lower(R"({"inner_t2": "resident", "block_t0": 256, "block_t1": 256})"), ConfigError);
+}
+
+TEST(DotPlan, BFloat16OperandsArePacked) {
+  static const auto k = deuteron::kernel("dot_plan_bf16", [](hl::Tensor x, hl::Tensor y) {
+    auto out = hl::empty({x.size(0), y.size(1)});
+    for (auto tm : hl::tile(x.size(0))) {
+      auto q = x[{tm, hl::all}];  // read once per grid step, used in the inner loop
+      for (auto tn : hl::tile(y.size(1))) out[{tm, tn}] = hl::dot(q, y[{hl::all, tn}]);
+    }
+    return out;
+  });
+  Tensor x = Tensor::rand({70, 33}, DType::bf16, 1), y = Tensor::rand({33, 90}, DType::bf16, 2);
+  auto s = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu");
+  plan::Plan p = driver::lower(s, s.space.complete(config::Config::parse(R"({"inner_t1_arg1": "in_place"})")));
+  // q is loop-invariant for the dot: packed once per grid step; y, left in place, is packed by
+  // the dot.
+  EXPECT_EQ(p.dots[0].a.read, plan::DotRead::Packed);
+  EXPECT_EQ(p.dots[0].b.read, plan::DotRead::PackInGroup);
+  check_all_configs(k, {x, y}, product(x, y, 1, 70, 33, 90), 1e-5);
+}
+
+// ---- mistakes -----------------------------------------------------------------------------------
+
+template <typename F>
+std::optional<KernelError> kernel_error(F&& f) {
+  try {
+    f();
+  } catch (const KernelError& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+void expect_error_at(const std::optional<KernelError>& e, int line, const std::string& text) {
+  ASSERT_TRUE(e) << "no KernelError";
+  EXPECT_EQ(e->where(), fmt::format("test_dot.cpp:{}", line)) << e->what();
+  EXPECT_NE(std::string(e->what()).find(text), std::string::npos) << e->what();
+}
+
+const Tensor m57 = Tensor::rand({5, 7}, DType::f32, 1);
+const Tensor m79 = Tensor::rand({7, 9}, DType::f32, 2);
+
+TEST(DotErrors, ContractionDimsDiffer) {
+  auto k = deuteron::kernel("dot_mismatch", [](hl::Tensor x, hl::Tensor y) {
+    auto out = hl::empty({5, 9});
+    for (auto [tm, tn] : hl::tile({5, 9})) {
+      THE_MISTAKE_IS_ON_THE_NEXT_LINE();
+      out[{tm, tn}] = hl::dot(x[{tm, hl::all}], y[{tm, tn}]);  // y should be read with hl::all (K)
+    }
+    return out;
+  });
+  auto e = kernel_error([&] { k(m57, m79); });  // traced first: it records mistake_line
+  expect_error_at(e, mistake_line, "contraction dims differ");
+}
+
+TEST(DotErrors, RankOneOperand) {
+  auto k = deuteron::kernel("dot_rank1", [](hl::Tensor x, hl::Tensor y) {
+    auto out = hl::empty({5, 9});
+    for (auto [tm, tn] : hl::tile({5, 9})) {
+      THE_MISTAKE_IS_ON_THE_NEXT_LINE();
+      out[{tm, tn}] = hl::dot(x[{0, hl::all}], y[{hl::all, tn}]);
+    }
+    return out;
+  });
+  auto e = kernel_error([&] { k(m57, m79); });  // traced first: it records mistake_line
+  expect_error_at(e, mistake_line, "rank 2 or more");
+}
+
+TEST(DotErrors, IntegerOperand) {
+  auto k = deuteron::kernel("dot_int", [](hl::Tensor x, hl::Tensor y) {
+    auto out = hl::empty({5, 9});
+    for (auto [tm, tn] : hl::tile({5, 9})) {
+      THE_MISTAKE_IS_ON_THE_NEXT_LINE();
+      out[{tm, tn}] = hl::dot(x[{tm, hl::all}] > 0, y[{hl::all, tn}]);
+    }
+    return out;
+  });
+  auto e = kernel_error([&] { k(m57, m79); });  // traced first: it records mistake_line
+  expect_error_at(e, mistake_line, "floating-point");
+}
+
+TEST(DotErrors, AccumulatorOfAnotherShape) {
+  auto k = deuteron::kernel("dot_acc_shape", [](hl::Tensor x, hl::Tensor y) {
+    auto out = hl::empty({5, 9});
+    for (auto [tm, tn] : hl::tile({5, 9})) {
+      auto acc = hl::zeros({tn, tm});
+      THE_MISTAKE_IS_ON_THE_NEXT_LINE();
+      out[{tm, tn}] = hl::dot(x[{tm, hl::all}], y[{hl::all, tn}], acc);
+    }
+    return out;
+  });
+  auto e = kernel_error([&] { k(m57, m79); });  // traced first: it records mistake_line
+  expect_error_at(e, mistake_line, "accumulator");
+}
+
+}  // namespace
+}  // namespace deuteron
