@@ -19,27 +19,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-std::vector<int64_t> parse_shape(const std::string& text) {
-  std::vector<int64_t> shape;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t comma = text.find_first_of(",x", pos);
-    std::string part = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    try {
-      size_t used = 0;
-      long long v = std::stoll(part, &used);
-      if (used != part.size() || v < 1) throw std::invalid_argument(part);
-      shape.push_back(v);
-    } catch (const std::exception&) {
-      throw ArgumentError(fmt::format("bad shape '{}': '{}' is not a positive integer", text, part), "",
-                          "write sizes separated by commas, e.g. --shape 8192,2560");
-    }
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return shape;
-}
-
 // The shape to use: --shape, else --shapes small|bench (default bench).
 std::vector<int64_t> pick_shape(const examples::Entry& e, const std::string& shape, const std::string& shapes,
                                 const std::string& target) {
@@ -206,6 +185,27 @@ int cmd_roofline(bool json, bool remeasure) {
 }
 
 }  // namespace
+
+std::vector<int64_t> parse_shape(const std::string& text) {
+  std::vector<int64_t> shape;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find_first_of(",x", pos);
+    std::string part = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    try {
+      size_t used = 0;
+      long long v = std::stoll(part, &used);
+      if (used != part.size() || v < 1) throw std::invalid_argument(part);
+      shape.push_back(v);
+    } catch (const std::exception&) {
+      throw ArgumentError(fmt::format("bad shape '{}': '{}' is not a positive integer", text, part), "",
+                          "write sizes separated by commas, e.g. --shape 8192,2560");
+    }
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return shape;
+}
 
 void add_core_commands(CLI::App& app) {
   static RunOptions o;

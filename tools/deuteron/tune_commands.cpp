@@ -24,27 +24,6 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-std::vector<int64_t> parse_sizes(const std::string& text) {
-  std::vector<int64_t> shape;
-  size_t pos = 0;
-  for (;;) {
-    size_t comma = text.find_first_of(",x", pos);
-    std::string part = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    try {
-      size_t used = 0;
-      long long v = std::stoll(part, &used);
-      if (used != part.size() || v < 1) throw std::invalid_argument(part);
-      shape.push_back(v);
-    } catch (const std::exception&) {
-      throw ArgumentError(fmt::format("bad shape '{}': '{}' is not a positive integer", text, part), "",
-                          "write sizes separated by commas, e.g. --shape 8192,2560");
-    }
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return shape;
-}
-
 struct TuneCli {
   std::string kernel, shape, shapes, dtype = "float32", target = "cpu", effort = "quick", search = "auto";
   std::string progress = "auto", inject;
@@ -58,7 +37,7 @@ int cmd_tune(const TuneCli& o) {
   const examples::Entry& e = examples::find(o.kernel);
   std::vector<int64_t> shape;
   if (!o.shape.empty()) {
-    shape = parse_sizes(o.shape);
+    shape = parse_shape(o.shape);
     if (shape.size() != e.bench_shape.size())
       throw ArgumentError(fmt::format("kernel '{}' takes a shape of {} sizes ({}), got {}", e.name,
                                       e.bench_shape.size(), fmt::join(e.shape_names, ", "), shape.size()));
