@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "deuteron/deuteron.h"
+#include "backends/backend.h"
 #include "driver/driver.h"
 #include "plan/plan.h"
 
@@ -105,6 +106,19 @@ void check_all_configs(const KernelBase& k, const std::vector<Arg>& args, const 
     auto r = driver::run(k, args, "cpu", c);
     expect_close(r.outputs.at(which), want, tol, fmt::format("{} config {}", k.name(), r.config.dump()));
   }
+}
+
+// out = x @ y, tiled over M and N, accumulating over blocks of K: the shape of most products.
+auto tiled_matmul(const char* name) {
+  return deuteron::kernel(name, [](hl::Tensor x, hl::Tensor y) {
+    auto out = hl::empty({x.size(0), y.size(1)});
+    for (auto [tm, tn] : hl::tile({x.size(0), y.size(1)})) {
+      auto acc = hl::zeros({tm, tn});
+      for (auto tk : hl::tile(x.size(1))) acc = hl::dot(x[{tm, tk}], y[{tk, tn}], acc);
+      out[{tm, tn}] = acc;
+    }
+    return out;
+  });
 }
 
 const std::vector<std::vector<int64_t>> kMKN = {{37, 29, 70}, {1, 1, 1}, {64, 64, 64}, {130, 67, 100}, {5, 200, 3}};
@@ -278,15 +292,7 @@ TEST(Dot, LowPrecisionAndMixedInputs) {
 }
 
 TEST(Dot, GridGroupsVisitEveryBlockOnce) {
-  static const auto k = deuteron::kernel("dot_grouped", [](hl::Tensor x, hl::Tensor y) {
-    auto out = hl::empty({x.size(0), y.size(1)});
-    for (auto [tm, tn] : hl::tile({x.size(0), y.size(1)})) {
-      auto acc = hl::zeros({tm, tn});
-      for (auto tk : hl::tile(x.size(1))) acc = hl::dot(x[{tm, tk}], y[{tk, tn}], acc);
-      out[{tm, tn}] = acc;
-    }
-    return out;
-  });
+  static const auto k = tiled_matmul("dot_grouped");
   Tensor x = Tensor::rand({83, 40}, DType::f32, 18), y = Tensor::rand({40, 45}, DType::f32, 19);
   auto want = product(x, y, 1, 83, 40, 45);
   for (int g : {1, 2, 4, 8})
@@ -307,15 +313,7 @@ TEST(Dot, GridGroupsVisitEveryBlockOnce) {
 // ---- plan decisions -----------------------------------------------------------------------------
 
 TEST(DotPlan, OperandsReachTheMicroKernelAsConfigured) {
-  static const auto k = deuteron::kernel("dot_plan", [](hl::Tensor x, hl::Tensor y) {
-    auto out = hl::empty({x.size(0), y.size(1)});
-    for (auto [tm, tn] : hl::tile({x.size(0), y.size(1)})) {
-      auto acc = hl::zeros({tm, tn});
-      for (auto tk : hl::tile(x.size(1))) acc = hl::dot(x[{tm, tk}], y[{tk, tn}], acc);
-      out[{tm, tn}] = acc;
-    }
-    return out;
-  });
+  static const auto k = tiled_matmul("dot_plan");
   Tensor x = Tensor::rand({256, 2048}, DType::f32, 1), y = Tensor::rand({2048, 256}, DType::f32, 2);
   auto s = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu");
   auto lower = [&](const std::string& json) { return driver::lower(s, s.space.complete(config::Config::parse(json))); };
@@ -363,6 +361,33 @@ TEST(DotPlan, BFloat16OperandsArePacked) {
   EXPECT_EQ(p.dots[0].a.read, plan::DotRead::Packed);
   EXPECT_EQ(p.dots[0].b.read, plan::DotRead::PackInGroup);
   check_all_configs(k, {x, y}, product(x, y, 1, 70, 33, 90), 1e-5);
+}
+
+// Both operands packed bf16: on CPUs with AVX512_BF16 they stay bf16, as pairs of K steps for
+// vdpbf16ps. Here the instruction is emulated (DEUTERON_CXXFLAGS reaches the generated code),
+// so the generated pair packing and products run on every machine.
+TEST(DotPlan, BFloat16PairsWhereTheCpuMultipliesThem) {
+  ::setenv("DEUTERON_CXXFLAGS", "-DDT_GEMM_EMULATE_BF16", 1);
+  static const auto k = tiled_matmul("dot_bf16_pairs");
+  for (auto s : std::vector<std::vector<int64_t>>{{37, 29, 70}, {1, 1, 1}, {130, 67, 100}}) {
+    Tensor x = Tensor::rand({s[0], s[1]}, DType::bf16, 20), y = Tensor::rand({s[1], s[2]}, DType::bf16, 21);
+    auto sp = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu");
+    config::Config c = config::Config::parse(R"({"inner_t2_arg0": "stream", "inner_t2_arg1": "resident"})");
+    plan::Plan p = driver::lower(sp, sp.space.complete(c));
+    ASSERT_TRUE(p.dots[0].bf16_pairs);
+    EXPECT_NE(backends::get("cpu").emit(p).find("pack_b_pairs"), std::string::npos);
+    for (bool small : {false, true}) {
+      config::Config ci = c;
+      if (small && s[0] > 1) {  // ragged edges in every dim
+        ci.set("block_t0", 8);
+        ci.set("block_t1", 16);
+        ci.set("block_t2", 16);
+      }
+      auto r = driver::run(k, {x, y}, "cpu", ci);
+      expect_close(r.outputs[0], product(x, y, 1, s[0], s[1], s[2]), 1e-5, r.config.dump());
+    }
+  }
+  ::unsetenv("DEUTERON_CXXFLAGS");
 }
 
 // ---- mistakes -----------------------------------------------------------------------------------

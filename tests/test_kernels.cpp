@@ -7,21 +7,14 @@
 #include <gtest/gtest.h>
 
 #include "catalogue.h"
+#include "catalogue_case.h"
 #include "driver/driver.h"
 
 namespace deuteron {
 namespace {
 
-struct Case {
-  std::string kernel;
-  DType dtype;
-  std::vector<int64_t> shape;
-};
-
-std::string case_name(const testing::TestParamInfo<Case>& info) {
-  return fmt::format("{}_{}_{}", info.param.kernel, dtype_name(info.param.dtype),
-                     fmt::join(info.param.shape, "x"));
-}
+using testing_support::Case;
+using testing_support::case_name;
 
 // Shapes: the small ragged one, an aligned one, and one with size-one dims.
 std::vector<std::vector<int64_t>> shapes_for(const examples::Entry& e) {

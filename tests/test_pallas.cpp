@@ -19,6 +19,7 @@
 #include "backends/pallas/codegen.h"
 #include "backends/pallas/npy.h"
 #include "catalogue.h"
+#include "catalogue_case.h"
 #include "driver/driver.h"
 #include "runtime/disk_cache.h"
 
@@ -85,16 +86,8 @@ bool contains(const std::string& text, const std::string& part) {
 
 // ---- runs against the references ------------------------------------------------------------
 
-struct Case {
-  std::string kernel;
-  DType dtype;
-  std::vector<int64_t> shape;
-};
-
-std::string case_name(const testing::TestParamInfo<Case>& info) {
-  return fmt::format("{}_{}_{}", info.param.kernel, dtype_name(info.param.dtype),
-                     fmt::join(info.param.shape, "x"));
-}
+using testing_support::Case;
+using testing_support::case_name;
 
 std::vector<Case> cases() {
   std::vector<Case> out;

@@ -560,6 +560,14 @@ Plan lower(const ir::Kernel& k, const config::Config& c, const config::TargetLim
     }
   }
 
+  for (DotPlan& d : p.dots) {
+    auto bf16_packed = [&](const DotOperand& x) {
+      return x.load_op >= 0 && x.read != DotRead::InPlace &&
+             k.tensors[size_t(k.ops[size_t(x.load_op)].tensor)].dtype == DType::bf16;
+    };
+    d.bf16_pairs = bf16_packed(d.a) && bf16_packed(d.b);
+  }
+
   // Which values live in fast memory between groups, and which are recomputed where used.
   p.materialized.assign(k.values.size(), false);
   p.recomputed.assign(k.values.size(), false);
@@ -709,6 +717,7 @@ std::string print(const Plan& p) {
     out += fmt::format("  dot %{} = %{} @ %{}{}: a = {}, b = {}{}\n", op.result, op.inputs[0], op.inputs[1],
                        op.inputs.size() > 2 ? fmt::format(" + %{}", op.inputs[2]) : "", operand(d.a), operand(d.b),
                        d.acc_phi >= 0 ? fmt::format(", accumulates in place into %{}", d.acc_phi) : "");
+    if (d.bf16_pairs) out += "    both operands packed as bf16 (pairs of K steps for vdpbf16ps where the CPU has it)\n";
   }
   if (p.grid_group > 1) out += fmt::format("  grid traversal in groups of {}\n", p.grid_group);
   if (p.epilogue_subtiles > 1 && p.epilogue_axis >= 0)

@@ -71,6 +71,9 @@ struct DotPlan {
   ir::ValueId acc_phi = -1;
   // The accumulator operand is an elementwise expression computed by the dot group itself.
   bool acc_inline = false;
+  // Both operands are bf16 tensor reads packed for the micro-kernel: they may stay bf16 (pairs
+  // of K steps for vdpbf16ps where the CPU has it).
+  bool bf16_pairs = false;
 };
 
 // A run of ops executed as one loop nest over `domain` (axes, outermost first).

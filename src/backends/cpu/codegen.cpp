@@ -597,7 +597,8 @@ class Generator {
         std::string to = fmt::format("(o_{}_next + i_{})", axis(a), axis(a));
         for (size_t pos = addr.find(from); pos != std::string::npos; pos = addr.find(from, pos + to.size()))
           addr.replace(pos, from.size(), to);
-        line(fmt::format("__builtin_prefetch(&{}[{}]);", tensor_name(op.tensor), addr));
+        // Into L2 (prefetcht1): a whole next block brought into L1 would evict the current one.
+        line(fmt::format("__builtin_prefetch(&{}[{}], 0, 2);", tensor_name(op.tensor), addr));
         --indent_;
         line("}");
       }
@@ -661,14 +662,15 @@ class Generator {
     return r == 0 ? plan::packed_a_elements(extent_of(rows), extent_of(cols))
                   : plan::packed_b_elements(extent_of(rows), extent_of(cols));
   }
-  // Packs operand r's block (at the current position, batch dims at i_*) into `dst`.
-  void pack_call(const ir::Op& load, ir::ValueId operand, int r, const std::string& dst) {
+  // Packs operand r's block (at the current position, batch dims at i_*) into `dst`; `pairs`:
+  // as bf16 pairs where the CPU multiplies them (pack_*_pairs).
+  void pack_call(const ir::Op& load, ir::ValueId operand, int r, const std::string& dst, bool pairs) {
     const auto& d = k_.value(operand).dims;
     int rows = d[d.size() - 2], cols = d.back();
     Src src = tensor_src(load, rows, cols);
     int64_t kstride = extent_of(r == 0 ? cols : rows);
-    line(fmt::format("dt::gemm::pack_{}<{}>({}, {}, {}, {}, {}, {}, {});", r == 0 ? "a" : "b", src.elem, src.ptr,
-                     src.rs, src.cs, count(rows), count(cols), kstride, dst));
+    line(fmt::format("dt::gemm::pack_{}{}<{}>({}, {}, {}, {}, {}, {}, {});", r == 0 ? "a" : "b", pairs ? "_pairs" : "",
+                     src.elem, src.ptr, src.rs, src.cs, count(rows), count(cols), kstride, dst));
   }
   // Linear index of the operand's batch position (its non-one batch dims, at i_*) in slabs.
   std::string batch_slab(ir::ValueId operand) const {
@@ -725,7 +727,8 @@ class Generator {
       if (od[i] != ir::kOne) batch.push_back(od[i]);
     open_nest(batch, "", [](size_t) {});
     std::string b = batch_slab(operand);
-    pack_call(load, operand, s.dot_operand, b.empty() ? dst : fmt::format("{} + ({}) * {}", dst, b, slab2d(operand, s.dot_operand)));
+    pack_call(load, operand, s.dot_operand, b.empty() ? dst : fmt::format("{} + ({}) * {}", dst, b, slab2d(operand, s.dot_operand)),
+              p_.dot_for_op(s.dot)->bf16_pairs);
     close_nest(batch, [](size_t) {});
     if (blocks) {
       --indent_;
@@ -784,17 +787,18 @@ class Generator {
         }
         std::string b = batch_slab(o.value);
         if (!b.empty()) ptr += fmt::format(" + ({}) * {}", b, slab2d(o.value, x));
-        views[x] = fmt::format("dt::gemm::{}_packed({}, {})", role, ptr, kstride);
+        views[x] = fmt::format("dt::gemm::{}_packed{}({}, {})", role, d.bf16_pairs ? "_pairs" : "", ptr, kstride);
       } else if (o.read == plan::DotRead::PackInGroup) {
         std::string buf = fmt::format("pack{}_{}", d.op, role);
         if (o.load_op >= 0) {
-          pack_call(k_.ops[size_t(o.load_op)], o.value, x, buf);
+          pack_call(k_.ops[size_t(o.load_op)], o.value, x, buf, d.bf16_pairs);
         } else {
           Src src = memory_src(o.source, rows, cols);
           line(fmt::format("dt::gemm::pack_{}<dt::gemm::F32>({}, {}, {}, {}, {}, {}, {});", role, src.ptr, src.rs,
                            src.cs, count(rows), count(cols), kstride, buf));
         }
-        views[x] = fmt::format("dt::gemm::{}_packed({}, {})", role, buf, kstride);
+        views[x] = fmt::format("dt::gemm::{}_packed{}({}, {})", role, d.bf16_pairs && o.load_op >= 0 ? "_pairs" : "",
+                               buf, kstride);
       } else {
         Src src = o.load_op >= 0 ? tensor_src(k_.ops[size_t(o.load_op)], rows, cols) : memory_src(o.source, rows, cols);
         views[x] = x == 0 ? fmt::format("dt::gemm::a_in_place({}, {}, {})", src.ptr, src.rs, src.cs)

@@ -235,8 +235,11 @@ std::string default_compiler() {
 }
 
 std::vector<std::string> default_flags() {
-  return {"-O3",    "-march=native", "-fopenmp",         "-fPIC",
-          "-shared", "-std=c++20",   "-fno-math-errno", "-ffp-contract=fast"};
+  std::vector<std::string> flags = {"-O3",    "-march=native", "-fopenmp",         "-fPIC",
+                                    "-shared", "-std=c++20",   "-fno-math-errno", "-ffp-contract=fast"};
+  if (const char* extra = std::getenv("DEUTERON_CXXFLAGS"))
+    for (std::string& f : split_words(extra)) flags.push_back(std::move(f));
+  return flags;
 }
 
 SharedObject::SharedObject(void* handle, fs::path path)

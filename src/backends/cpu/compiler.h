@@ -10,7 +10,8 @@ namespace deuteron::cpu {
 
 // $CXX (split on whitespace, so "ccache g++" works) or "g++".
 std::string default_compiler();
-// -O3 -march=native -fopenmp -fPIC -shared -std=c++20 -fno-math-errno -ffp-contract=fast
+// -O3 -march=native -fopenmp -fPIC -shared -std=c++20 -fno-math-errno -ffp-contract=fast, then
+// the words of $DEUTERON_CXXFLAGS (they are part of every cache key).
 std::vector<std::string> default_flags();
 
 struct CompileOptions {

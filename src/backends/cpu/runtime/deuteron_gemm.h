@@ -19,8 +19,9 @@
 // - Edges: 4 or 2 remaining rows use micro-kernels instantiated for them (an odd count runs one
 //   zero row more); a panel narrower than NR computes into a tile in memory and copies the valid
 //   columns, reading B from a zero-padded copy when B is not packed.
-// bf16 and f16 operands are widened to f32 when packed (this keeps one f32 micro-kernel; a
-// machine with AVX512_BF16 could use vdpbf16ps on packed bf16 pairs instead).
+// bf16 and f16 operands are widened to f32 when packed, except where the CPU has vdpbf16ps
+// (AVX512_BF16) and both operands of a product are packed bf16: they then stay bf16, packed as
+// pairs of K steps (see "bf16 pairs" below).
 #pragma once
 
 #include <cstdint>
@@ -52,8 +53,11 @@ typedef uint16_t hvec_u __attribute__((vector_size(kVec * 2), aligned(2)));
 
 // A braced list is what GCC turns into one vbroadcastss (a lane-by-lane loop is not).
 DG_INLINE vec splat(float x) {
-  if constexpr (kVec == 16) return vec{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
-  else return vec{x, x, x, x, x, x, x, x};
+#if defined(__AVX512F__)
+  return vec{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+#else
+  return vec{x, x, x, x, x, x, x, x};
+#endif
 }
 DG_INLINE vec loadu(const float* p) { return *reinterpret_cast<const vec_u*>(p); }
 DG_INLINE void storeu(float* p, vec v) { *reinterpret_cast<vec_u*>(p) = v; }
@@ -150,11 +154,12 @@ DG_INLINE void micro_rows(int rows, int64_t K, const float* a, int64_t a_rs, int
 struct AView {
   const float* p;
   int64_t rs, cs, ps;
+  bool pairs = false;  // packed as bf16 pairs (see pack_a_pairs)
 };
 // A row-major (or any-strided) f32 block read in place: element (i, k) at p[i*rs + k*cs].
-DG_INLINE AView a_in_place(const float* p, int64_t rs, int64_t cs) { return {p, rs, cs, MR * rs}; }
+DG_INLINE AView a_in_place(const float* p, int64_t rs, int64_t cs) { return {p, rs, cs, MR * rs, false}; }
 // A packed by pack_a with `kstride` elements of K per panel.
-DG_INLINE AView a_packed(const float* p, int64_t kstride) { return {p, 1, MR, MR * kstride}; }
+DG_INLINE AView a_packed(const float* p, int64_t kstride) { return {p, 1, MR, MR * kstride, false}; }
 
 // A B operand: element (k, j) at p[(j / NR)*ps + k*rs + (j % NR)]; `padded`: every panel is
 // readable over all NR columns (packed panels are zero-padded).
@@ -162,9 +167,13 @@ struct BView {
   const float* p;
   int64_t rs, ps;
   bool padded;
+  bool pairs = false;  // packed as bf16 pairs (see pack_b_pairs)
 };
-DG_INLINE BView b_in_place(const float* p, int64_t rs) { return {p, rs, NR, false}; }
-DG_INLINE BView b_packed(const float* p, int64_t kstride) { return {p, NR, NR * kstride, true}; }
+DG_INLINE BView b_in_place(const float* p, int64_t rs) { return {p, rs, NR, false, false}; }
+DG_INLINE BView b_packed(const float* p, int64_t kstride) { return {p, NR, NR * kstride, true, false}; }
+
+static inline void gemm_pairs(int64_t M, int64_t N, int64_t K, AView A, BView B, float* __restrict c,
+                              int64_t ldc, bool accumulate);
 
 // C[M x N] (+)= A[M x K] B[K x N], C row-major with row stride ldc. accumulate = false
 // overwrites C (K = 0 then writes zeros). Per chunk of KC steps along K, each A panel (MR x KC,
@@ -178,12 +187,19 @@ static inline void gemm(int64_t M, int64_t N, int64_t K, AView A, BView B, float
         for (int64_t j = 0; j < N; ++j) c[i * ldc + j] = 0.0f;
     return;
   }
+  if (A.pairs && B.pairs) {  // both packed as bf16 pairs: the vdpbf16ps micro-kernel
+    gemm_pairs(M, N, K, A, B, c, ldc, accumulate);
+    return;
+  }
   const bool packed_a = A.rs == 1 && A.cs == MR;
   const int64_t last = (N - 1) / NR * NR;  // first column of the last B panel
   const bool narrow = N - last < NR;
-  alignas(64) float edge_b[KC * NR];  // a zero-padded copy of a narrow, unpacked last B panel
-  alignas(64) float edge_a[KC * MR];  // a packed copy of an unpacked A panel with an odd row count
-  alignas(64) float tile[MR * NR];    // an edge C tile
+  // Edge buffers (140 KiB together) live in thread-local storage, not on the caller's stack:
+  // a zero-padded copy of a narrow, unpacked last B panel, and a packed copy of an unpacked A
+  // panel with an odd row count.
+  alignas(64) static thread_local float edge_b[KC * NR];
+  alignas(64) static thread_local float edge_a[KC * MR];
+  alignas(64) float tile[MR * NR];  // an edge C tile
   for (int64_t k0 = 0; k0 < K; k0 += KC) {
     const int64_t kc = K - k0 < KC ? K - k0 : KC;
     const bool acc = accumulate || k0 > 0;
@@ -347,6 +363,191 @@ static inline void pack_b(const void* src, int64_t rs, int64_t cs, int64_t K, in
     }
   }
 }
+
+// ---- bf16 pairs (AVX512_BF16) ----------------------------------------------------------------
+//
+// With vdpbf16ps (AVX512_BF16), bf16 operands stay bf16: each 32-bit lane holds the pair of
+// elements at steps k and k+1 of K, and one instruction adds both products into the f32 lane,
+// twice the FMA rate on f32. A pairs: panel p at p + p*MR*kstride (in 32-bit words, as the f32
+// layout), pair (i, k/2) at [k/2*MR + i]; B pairs: panel q at p + q*NR*kstride, pair (k/2, j) at
+// [k/2*NR + j]; an odd K ends with a zero half. The generated code calls the *_pairs functions
+// only when both operands of a product are bf16 packed copies; without AVX512_BF16 they are
+// the f32 functions above (DT_GEMM_EMULATE_BF16 emulates the instruction, for tests).
+#if (defined(__AVX512F__) && defined(__AVX512BF16__)) || defined(DT_GEMM_EMULATE_BF16)
+#define DT_GEMM_BF16_PAIRS 1
+
+DG_INLINE uvec splat_u32(uint32_t x) { return uvec{} + x; }
+DG_INLINE uvec load_u32(const uint32_t* p) {
+  typedef uint32_t uvec_u __attribute__((vector_size(kVec * 4), aligned(4)));
+  return *reinterpret_cast<const uvec_u*>(p);
+}
+// acc + a.hi * b.hi + a.lo * b.lo per 32-bit lane (the bf16 halves as f32).
+DG_INLINE vec dot_pairs(vec acc, uvec a, uvec b) {
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && !defined(DT_GEMM_EMULATE_BF16)
+  typedef short v32hi __attribute__((vector_size(64)));
+  return reinterpret_cast<vec>(
+      __builtin_ia32_dpbf16ps_v16sf(acc, reinterpret_cast<v32hi>(a), reinterpret_cast<v32hi>(b)));
+#else
+  const uvec hi = splat_u32(0xffff0000u);
+  vec ah = reinterpret_cast<vec>(a & hi), al = reinterpret_cast<vec>(a << 16);
+  vec bh = reinterpret_cast<vec>(b & hi), bl = reinterpret_cast<vec>(b << 16);
+  acc = ah * bh + acc;
+  return al * bl + acc;
+#endif
+}
+
+// C[R x NR] (+)= A[R x 2*K2] B[2*K2 x NR] from pair panels (K2 pairs).
+template <int R>
+__attribute__((noinline)) void micro_pairs(int64_t K2, const uint32_t* __restrict a, const uint32_t* __restrict b,
+                                           float* __restrict c, int64_t ldc, bool accumulate) {
+  vec acc[R][kNV];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < kNV; ++j) acc[i][j] = accumulate ? loadu(c + i * ldc + j * kVec) : vec{};
+#pragma GCC unroll 2
+  for (int64_t k = 0; k < K2; ++k) {
+    uvec bv[kNV];
+#pragma GCC unroll 4
+    for (int j = 0; j < kNV; ++j) bv[j] = load_u32(b + k * NR + j * kVec);
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+      uvec av = splat_u32(a[k * MR + i]);
+#pragma GCC unroll 4
+      for (int j = 0; j < kNV; ++j) acc[i][j] = dot_pairs(acc[i][j], av, bv[j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < kNV; ++j) storeu(c + i * ldc + j * kVec, acc[i][j]);
+}
+
+static inline void gemm_pairs(int64_t M, int64_t N, int64_t K, AView A, BView B, float* __restrict c,
+                              int64_t ldc, bool accumulate) {
+  alignas(64) float tile[MR * NR];
+  for (int64_t k0 = 0; k0 < K; k0 += KC) {  // KC is even: chunks start on a pair
+    const int64_t kc2 = ((K - k0 < KC ? K - k0 : KC) + 1) / 2;
+    const bool acc = accumulate || k0 > 0;
+    for (int64_t i0 = 0; i0 < M; i0 += MR) {
+      const int rows = int(M - i0 < MR ? M - i0 : MR);
+      const int run = rows + (rows & 1);  // packed rows past M are zero
+      const uint32_t* ap = reinterpret_cast<const uint32_t*>(A.p + (i0 / MR) * A.ps) + k0 / 2 * MR;
+      for (int64_t j0 = 0; j0 < N; j0 += NR) {
+        const int64_t n = N - j0 < NR ? N - j0 : NR;
+        const uint32_t* bp = reinterpret_cast<const uint32_t*>(B.p + (j0 / NR) * B.ps) + k0 / 2 * NR;
+        float* cp = c + i0 * ldc + j0;
+        float* dst = cp;
+        int64_t ld = ldc;
+        if (n < NR || run != rows) {
+          for (int i = 0; i < run; ++i)
+            for (int64_t j = 0; j < NR; ++j) tile[i * NR + j] = acc && i < rows && j < n ? cp[i * ldc + j] : 0.0f;
+          dst = tile;
+          ld = NR;
+        }
+        bool a2 = acc || dst == tile;
+        if (run == 6) micro_pairs<6>(kc2, ap, bp, dst, ld, a2);
+        else if (run == 4) micro_pairs<4>(kc2, ap, bp, dst, ld, a2);
+        else micro_pairs<2>(kc2, ap, bp, dst, ld, a2);
+        if (dst == tile)
+          for (int i = 0; i < rows; ++i)
+            for (int64_t j = 0; j < n; ++j) cp[i * ldc + j] = tile[i * NR + j];
+      }
+    }
+  }
+}
+
+// Packs A (M x K, bf16, element (i, k) at src[i*rs + k*cs]) as pair panels.
+template <int E>
+static inline void pack_a_pairs(const void* src, int64_t rs, int64_t cs, int64_t M, int64_t K, int64_t kstride,
+                                float* __restrict dst) {
+  static_assert(E == BF16, "bf16 pairs are packed from bf16 operands");
+  const uint16_t* h = static_cast<const uint16_t*>(src);
+  const int64_t K2 = (K + 1) / 2;
+  for (int64_t i0 = 0; i0 < M; i0 += MR) {
+    uint32_t* d = reinterpret_cast<uint32_t*>(dst + (i0 / MR) * MR * kstride);
+    const int rows = int(M - i0 < MR ? M - i0 : MR);
+    int64_t k2 = 0;
+    if (rows == MR && cs == 1 && rs % 2 == 0 && reinterpret_cast<uintptr_t>(h) % 4 == 0) {
+      // Rows contiguous: a row's pairs are its 32-bit words; interleave kVec words of 6 rows.
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(h);
+      for (; k2 + kVec <= K / 2; k2 += kVec) {
+        vec x[MR], y[MR];
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; ++i) x[i] = reinterpret_cast<vec>(load_u32(w + ((i0 + i) * rs) / 2 + k2));
+        detail::interleave_rows(x, y);
+#pragma GCC unroll 6
+        for (int v = 0; v < MR; ++v) storeu(reinterpret_cast<float*>(d + k2 * MR + v * kVec), y[v]);
+      }
+    }
+    for (; k2 < K2; ++k2)
+      for (int i = 0; i < MR; ++i) {
+        uint32_t lo = i < rows ? h[(i0 + i) * rs + 2 * k2 * cs] : 0;
+        uint32_t hi = i < rows && 2 * k2 + 1 < K ? h[(i0 + i) * rs + (2 * k2 + 1) * cs] : 0;
+        d[k2 * MR + i] = lo | hi << 16;
+      }
+  }
+}
+
+// Packs B (K x N, bf16, element (k, j) at src[k*rs + j*cs]) as pair panels.
+template <int E>
+static inline void pack_b_pairs(const void* src, int64_t rs, int64_t cs, int64_t K, int64_t N, int64_t kstride,
+                                float* __restrict dst) {
+  static_assert(E == BF16, "bf16 pairs are packed from bf16 operands");
+  const uint16_t* h = static_cast<const uint16_t*>(src);
+  const int64_t K2 = (K + 1) / 2;
+  for (int64_t j0 = 0; j0 < N; j0 += NR) {
+    uint32_t* d = reinterpret_cast<uint32_t*>(dst + (j0 / NR) * NR * kstride);
+    const int64_t n = N - j0 < NR ? N - j0 : NR;
+    int64_t k2 = 0;
+    if (cs == 1 && n == NR) {
+      // Rows contiguous: zip rows 2k and 2k+1 lane by lane.
+      for (; 2 * k2 + 1 < K; ++k2)
+#pragma GCC unroll 4
+        for (int v = 0; v < kNV; ++v) {
+          hvec_u r0 = *reinterpret_cast<const hvec_u*>(h + 2 * k2 * rs + j0 + v * kVec);
+          hvec_u r1 = *reinterpret_cast<const hvec_u*>(h + (2 * k2 + 1) * rs + j0 + v * kVec);
+          uvec p = __builtin_convertvector(r0, uvec) | __builtin_convertvector(r1, uvec) << 16;
+          storeu(reinterpret_cast<float*>(d + k2 * NR + v * kVec), reinterpret_cast<vec>(p));
+        }
+    } else if (rs == 1 && n == NR && cs % 2 == 0 && reinterpret_cast<uintptr_t>(h) % 4 == 0) {
+      // Columns contiguous (k^T): a column's pairs are its 32-bit words; transpose kVec x kVec.
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(h);
+      for (; k2 + kVec <= K / 2; k2 += kVec)
+        for (int v = 0; v < kNV; ++v) {
+          vec x[kVec];
+#pragma GCC unroll 16
+          for (int r = 0; r < kVec; ++r) x[r] = reinterpret_cast<vec>(load_u32(w + ((j0 + v * kVec + r) * cs) / 2 + k2));
+          detail::transpose(x);
+#pragma GCC unroll 16
+          for (int r = 0; r < kVec; ++r) storeu(reinterpret_cast<float*>(d + (k2 + r) * NR + v * kVec), x[r]);
+        }
+    }
+    for (; k2 < K2; ++k2)
+      for (int64_t j = 0; j < NR; ++j) {
+        uint32_t lo = j < n ? h[2 * k2 * rs + (j0 + j) * cs] : 0;
+        uint32_t hi = j < n && 2 * k2 + 1 < K ? h[(2 * k2 + 1) * rs + (j0 + j) * cs] : 0;
+        d[k2 * NR + j] = lo | hi << 16;
+      }
+  }
+}
+DG_INLINE AView a_packed_pairs(const float* p, int64_t kstride) { return {p, 1, MR, MR * kstride, true}; }
+DG_INLINE BView b_packed_pairs(const float* p, int64_t kstride) { return {p, NR, NR * kstride, true, true}; }
+#else
+static inline void gemm_pairs(int64_t, int64_t, int64_t, AView, BView, float*, int64_t, bool) {}
+template <int E>
+static inline void pack_a_pairs(const void* src, int64_t rs, int64_t cs, int64_t M, int64_t K, int64_t kstride,
+                                float* __restrict dst) {
+  pack_a<E>(src, rs, cs, M, K, kstride, dst);
+}
+template <int E>
+static inline void pack_b_pairs(const void* src, int64_t rs, int64_t cs, int64_t K, int64_t N, int64_t kstride,
+                                float* __restrict dst) {
+  pack_b<E>(src, rs, cs, K, N, kstride, dst);
+}
+DG_INLINE AView a_packed_pairs(const float* p, int64_t kstride) { return a_packed(p, kstride); }
+DG_INLINE BView b_packed_pairs(const float* p, int64_t kstride) { return b_packed(p, kstride); }
+#endif
 
 // Floats a packed A block of M x K needs (kstride = K), and a packed B block of K x N.
 DG_INLINE constexpr int64_t packed_a_size(int64_t M, int64_t K) { return (M + MR - 1) / MR * MR * K; }

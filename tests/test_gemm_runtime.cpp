@@ -1,0 +1,109 @@
+// The micro-kernel library generated dot kernels include (deuteron_gemm.h), compiled here with
+// the test binary's flags (the portable vector path; generated kernels get -march=native): packing
+// from every layout and element type, and block products over every operand view, against
+// exact integer-valued references.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+// Without -mavx the 32-byte vector types are passed differently; nothing here crosses an ABI.
+#pragma GCC diagnostic ignored "-Wpsabi"
+#include "backends/cpu/runtime/deuteron_gemm.h"
+
+namespace {
+
+using namespace dt::gemm;
+
+uint16_t to_bf16(float f) { return uint16_t(__builtin_bit_cast(uint32_t, f) >> 16); }
+
+TEST(GemmRuntime, PackALayouts) {
+  std::mt19937 rng(1);
+  for (int64_t m : {1, 5, 6, 7, 13, 64})
+    for (int64_t k : {1, 15, 16, 17, 100}) {
+      const int64_t ld = k + 3;
+      std::vector<float> a(size_t(m * ld + k * (m + 3)));
+      for (auto& x : a) x = float(int(rng() % 200) - 100);
+      std::vector<uint16_t> h(a.size());
+      for (size_t i = 0; i < a.size(); ++i) h[i] = to_bf16(a[i]);  // small integers: exact in bf16
+      std::vector<float> p(size_t(packed_a_size(m, k)), -1.0f);
+      // row-major (k contiguous), bf16 row-major, and transposed (m contiguous)
+      for (int variant = 0; variant < 3; ++variant) {
+        if (variant == 0) pack_a<F32>(a.data(), ld, 1, m, k, k, p.data());
+        if (variant == 1) pack_a<BF16>(h.data(), ld, 1, m, k, k, p.data());
+        if (variant == 2) pack_a<F32>(a.data(), 1, m + 3, m, k, k, p.data());
+        for (int64_t i = 0; i < (m + MR - 1) / MR * MR; ++i)
+          for (int64_t kk = 0; kk < k; ++kk) {
+            float want = i >= m ? 0.0f : variant == 2 ? a[size_t(kk * (m + 3) + i)] : a[size_t(i * ld + kk)];
+            ASSERT_EQ(p[size_t((i / MR) * MR * k + kk * MR + i % MR)], want)
+                << "variant " << variant << " m " << m << " k " << k << " at " << i << ", " << kk;
+          }
+      }
+    }
+}
+
+TEST(GemmRuntime, PackBLayouts) {
+  std::mt19937 rng(2);
+  for (int64_t n : {1, 15, 16, 17, 64, 65, 130})
+    for (int64_t k : {1, 7, 16, 33}) {
+      const int64_t ld = n + 5, ldt = k + 2;
+      std::vector<float> b(size_t(std::max(k * ld, n * ldt)));
+      for (auto& x : b) x = float(int(rng() % 200) - 100);
+      std::vector<uint16_t> h(b.size());
+      for (size_t i = 0; i < b.size(); ++i) h[i] = to_bf16(b[i]);
+      std::vector<float> p(size_t(packed_b_size(k, n)), -1.0f);
+      // row-major (n contiguous), bf16, transposed (k contiguous, e.g. k^T), bf16 transposed
+      for (int variant = 0; variant < 4; ++variant) {
+        bool t = variant >= 2;
+        if (variant == 0) pack_b<F32>(b.data(), ld, 1, k, n, k, p.data());
+        if (variant == 1) pack_b<BF16>(h.data(), ld, 1, k, n, k, p.data());
+        if (variant == 2) pack_b<F32>(b.data(), 1, ldt, k, n, k, p.data());
+        if (variant == 3) pack_b<BF16>(h.data(), 1, ldt, k, n, k, p.data());
+        for (int64_t j = 0; j < (n + NR - 1) / NR * NR; ++j)
+          for (int64_t kk = 0; kk < k; ++kk) {
+            float want = j >= n ? 0.0f : t ? b[size_t(j * ldt + kk)] : b[size_t(kk * ld + j)];
+            ASSERT_EQ(p[size_t((j / NR) * NR * k + kk * NR + j % NR)], want)
+                << "variant " << variant << " n " << n << " k " << k << " at " << kk << ", " << j;
+          }
+      }
+    }
+}
+
+TEST(GemmRuntime, ProductsOverEveryView) {
+  std::mt19937 rng(3);
+  for (int t = 0; t < 60; ++t) {
+    int64_t m = 1 + rng() % 20, n = 1 + rng() % 140, k = 1 + rng() % (t < 50 ? 80 : 1100);
+    if (t == 0) m = n = k = 1;
+    std::vector<float> a(size_t(m * k)), at(size_t(k * m)), b(size_t(k * n)), want(size_t(m * n));
+    for (auto& x : a) x = float(int(rng() % 7) - 3);
+    for (auto& x : b) x = float(int(rng() % 5) - 2);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t kk = 0; kk < k; ++kk) at[size_t(kk * m + i)] = a[size_t(i * k + kk)];
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t kk = 0; kk < k; ++kk) s += double(a[size_t(i * k + kk)]) * b[size_t(kk * n + j)];
+        want[size_t(i * n + j)] = float(s);
+      }
+    std::vector<float> ap(size_t(packed_a_size(m, k))), bp(size_t(packed_b_size(k, n)));
+    pack_a<F32>(a.data(), k, 1, m, k, k, ap.data());
+    pack_b<F32>(b.data(), n, 1, k, n, k, bp.data());
+    const AView as[3] = {a_in_place(a.data(), k, 1), a_in_place(at.data(), 1, m), a_packed(ap.data(), k)};
+    const BView bs[2] = {b_in_place(b.data(), n), b_packed(bp.data(), k)};
+    for (int va = 0; va < 3; ++va)
+      for (int vb = 0; vb < 2; ++vb)
+        for (bool accumulate : {false, true}) {
+          const int64_t ldc = n + 3;
+          std::vector<float> c(size_t(m * ldc), 5.0f);
+          gemm(m, n, k, as[va], bs[vb], c.data(), ldc, accumulate);
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < n; ++j)
+              ASSERT_EQ(c[size_t(i * ldc + j)], want[size_t(i * n + j)] + (accumulate ? 5.0f : 0.0f))
+                  << m << "x" << n << "x" << k << " views " << va << vb << " at " << i << ", " << j;
+            for (int64_t j = n; j < ldc; ++j) ASSERT_EQ(c[size_t(i * ldc + j)], 5.0f) << "wrote past N";
+          }
+        }
+  }
+}
+
+}  // namespace
