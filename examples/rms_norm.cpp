@@ -25,25 +25,18 @@ static const auto rms_norm = deuteron::kernel("rms_norm", [](hl::Tensor x, hl::T
 
 // With r = rstd of a row and c = mean_j(w_j * gy_j * x_j) over that row:
 //   grad_x = r * w * gy - x * r^3 * c,     grad_w = sum over rows of gy * x * r.
-// grad_w sums over rows, so the grid runs over column blocks and each block owns its slice
-// of grad_w, accumulated over an inner loop of row blocks. The row sum c needs whole rows, so
-// every column block recomputes it: the column blocks are kept wide (at most 4 of them).
+// The grid runs over blocks of whole rows (c needs the whole row; each row is read once), and
+// each block adds its rows' share of grad_w into the f32 output with hl::atomic_add.
 static const auto rms_norm_bwd = deuteron::kernel(
     "rms_norm_bwd", [](hl::Tensor grad_y, hl::Tensor x, hl::Tensor w, hl::Tensor rstd) {
-      int64_t m = x.size(0), n = x.size(1);
       auto grad_x = hl::empty_like(x);
-      auto grad_w = hl::empty_like(w);
-      auto block_n = hl::register_block_size((n + 3) / 4, n);
-      for (auto tn : hl::tile(n, {.shared = block_n})) {
-        auto gw = hl::zeros({tn});
-        for (auto tm : hl::tile(m)) {
-          auto r = rstd[tm].unsqueeze(1);
-          auto c = (grad_y[{tm, hl::all}] * w[hl::all] * x[{tm, hl::all}]).mean(1, true);
-          auto gy = grad_y[{tm, tn}], xs = x[{tm, tn}];
-          grad_x[{tm, tn}] = r * w[tn] * gy - xs * (r * r * r) * c;
-          gw = gw + (gy * xs * r).sum(0);
-        }
-        grad_w[tn] = gw;
+      auto grad_w = hl::zeros({w.size(0)});  // f32: atomic adds are f32
+      for (auto tm : hl::tile(x.size(0))) {
+        auto gy = grad_y[{tm, hl::all}], xs = x[{tm, hl::all}];
+        auto r = rstd[tm].unsqueeze(1);
+        auto c = (gy * w[hl::all] * xs).mean(1, true);
+        grad_x[{tm, hl::all}] = r * w[hl::all] * gy - xs * (r * r * r) * c;
+        hl::atomic_add(grad_w, {hl::all}, (gy * xs * r).sum(0));
       }
       return std::make_tuple(grad_x, grad_w);
     });
@@ -84,7 +77,7 @@ static std::vector<Tensor> rms_norm_bwd_reference(const std::vector<Arg>& args) 
       gw[size_t(j)] += gy[k] * x[k] * ri;
     }
   }
-  return {from_doubles(gx, xt.sizes(), xt.dtype()), from_doubles(gw, wt.sizes(), wt.dtype())};
+  return {from_doubles(gx, xt.sizes(), xt.dtype()), from_doubles(gw, wt.sizes(), DType::f32)};
 }
 
 static constexpr double kEps = 1e-5;
@@ -109,7 +102,7 @@ static Registrar r1{Entry{
 
 static Registrar r2{Entry{
     .name = "rms_norm_bwd",
-    .summary = "grad_y[M, N], x[M, N], w[N], rstd[M] (float32) -> grad_x[M, N], grad_w[N]",
+    .summary = "grad_y[M, N], x[M, N], w[N], rstd[M] (float32) -> grad_x[M, N], grad_w[N] (float32)",
     .kernel = &rms_norm_bwd,
     .bench_shape = {8192, 4096},
     .small_shape = {130, 1000},

@@ -29,6 +29,7 @@
 #include "deuteron/deuteron.h"
 #include "driver/driver.h"
 #include "runtime/disk_cache.h"
+#include "runtime/process.h"
 
 extern char** environ;
 
@@ -360,8 +361,8 @@ TEST(AutotuneProcess, TreesAreStoppedAndKilled) {
   auto below = autotune::proc::descendants(f.pid);
   ASSERT_EQ(below.size(), 1u);
   autotune::proc::signal_tree(f.pid, SIGKILL);
-  autotune::proc::Exit ex;
-  ASSERT_TRUE(autotune::proc::reap(f.pid, &ex, true));
+  runtime::ExitStatus ex;
+  ASSERT_TRUE(runtime::reap(f.pid, &ex, true));
   EXPECT_FALSE(ex.exited);
   EXPECT_EQ(ex.signal, SIGKILL);
   // Dead means gone, or a zombie waiting for a reaper (in a container, pid 1 may never reap).

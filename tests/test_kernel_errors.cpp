@@ -212,6 +212,48 @@ TEST(KernelErrors, StoreOfTheWrongShape) {
   EXPECT_TRUE(mentions(e, "store"));
 }
 
+// The error of a kernel summing x into one element with hl::atomic_add, into the output
+// `make_total` creates.
+template <typename MakeTotal>
+std::optional<KernelError> atomic_total_error(const char* name, MakeTotal make_total) {
+  auto k = deuteron::kernel(name, [make_total](hl::Tensor x) {
+    auto total = make_total();
+    for (auto tm : hl::tile(x.size(0))) {
+      THE_MISTAKE_IS_ON_THE_NEXT_LINE();
+      hl::atomic_add(total, {0}, x[{tm, hl::all}].sum(1).sum(0));
+    }
+    return total;
+  });
+  return error_of<KernelError>([&] { k(x57); });
+}
+
+TEST(KernelErrors, AtomicAddIntoAnUninitialisedOutput) {
+  auto e = atomic_total_error("atomic_add_into_empty", [] { return hl::empty({1}); });
+  EXPECT_TRUE(points_at(e, mistake_line));
+  EXPECT_TRUE(mentions(e, "hl::empty leaves uninitialised"));
+  EXPECT_TRUE(mentions(e, "hl::zeros"));
+}
+
+TEST(KernelErrors, AtomicAddIntoBFloat16) {
+  auto e = atomic_total_error("atomic_add_into_bf16", [] { return hl::zeros({1}, DType::bf16); });
+  EXPECT_TRUE(points_at(e, mistake_line));
+  EXPECT_TRUE(mentions(e, "atomic adds are f32, int32 or int64"));
+}
+
+TEST(KernelErrors, AtomicAddInHostCode) {
+  auto k = deuteron::kernel("atomic_add_in_host_code", [](hl::Tensor x) {
+    auto total = hl::zeros({1});
+    hl::Tensor partial;
+    for (auto tm : hl::tile(x.size(0))) total[{0}] = x[{tm, hl::all}].sum(1).sum(0);
+    THE_MISTAKE_IS_ON_THE_NEXT_LINE();
+    hl::atomic_add(total, {0}, partial);
+    return total;
+  });
+  auto e = error_of<KernelError>([&] { k(x57); });
+  EXPECT_TRUE(points_at(e, mistake_line));
+  EXPECT_TRUE(mentions(e, "inside a tile loop"));
+}
+
 TEST(KernelErrors, StoreOfTheWrongRank) {
   auto k = deuteron::kernel("store_2d_into_1d", [](hl::Tensor x) {
     auto out = hl::empty({x.size(0)}, DType::f32);

@@ -300,6 +300,41 @@ TEST(Language, NonContiguousInput) {
   expect_2d(k, {xt}, [&](auto i, auto j) { return 3 * base.get(j * 5 + i); });
 }
 
+// hl::atomic_add: every block of rows adds its column sums into one output; hl::zeros and
+// hl::full in host code make outputs set before the grid runs, on every launch.
+TEST(Language, AtomicAddAcrossGridSteps) {
+  static const auto k = deuteron::kernel("column_sums_atomic", [](hl::Tensor x) {
+    auto sums = hl::zeros({x.size(1)});
+    auto count = hl::zeros({1}, DType::i64);
+    auto marked = hl::full({x.size(0)}, 7.5);  // only every row block's first row is stored
+    for (auto [tm, tn] : hl::tile({x.size(0), x.size(1)})) {
+      hl::atomic_add(sums, {tn}, x[{tm, tn}].sum(0));
+      hl::atomic_add(count, {0}, hl::full({tm, tn}, 1.0, DType::i64).sum(1).sum(0));
+      marked[{tm.begin()}] = x[{tm.begin(), 0}];
+    }
+    return std::make_tuple(sums, count, marked);
+  });
+  for (auto s : kShapes) {
+    Tensor x = Tensor::rand(s, DType::f32, 31);
+    for (auto cfg : {config::Config(), sized(k, {x}, {{"block_t0", 8}, {"block_t1", 16}})}) {
+      cfg.set("num_threads", 2);
+      // Twice through the same compiled kernel: a second launch must not add onto the first.
+      for (int launch = 0; launch < 2; ++launch) {
+        auto r = driver::run(k, {x}, "cpu", cfg);
+        for (int64_t j = 0; j < s[1]; ++j) {
+          double want = 0;
+          for (int64_t i = 0; i < s[0]; ++i) want += x.get(i * s[1] + j);
+          EXPECT_NEAR(r.outputs[0].get(j), want, 1e-5 * (1 + std::abs(want))) << "column " << j << " " << r.config.dump();
+        }
+        EXPECT_EQ(r.outputs[1].get(0), double(s[0] * s[1])) << r.config.dump();
+        int64_t bm = r.config.has("block_t0") ? r.config.integer("block_t0") : s[0];
+        for (int64_t i = 0; i < s[0]; ++i)
+          if (i % bm != 0) EXPECT_EQ(r.outputs[2].get(i), 7.5) << "row " << i << " " << r.config.dump();
+      }
+    }
+  }
+}
+
 TEST(Language, GeneratedCodeIsStableAndNamed) {
   Tensor x = Tensor::rand({100, 300}, DType::f32, 15);
   auto emit = [&] {

@@ -230,7 +230,8 @@ Tensor addmm(const Tensor& acc, const Tensor& a, const Tensor& b, Loc loc = Loc:
 // torch.matmul: the same as hl::dot(a, b).
 Tensor matmul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 
-// Device-side creation.
+// Creation. Inside tile loops: a block filled with the value. In host code: an output of the
+// kernel, set to the value before the grid runs (what hl::atomic_add needs).
 Tensor zeros(std::vector<Size> shape, DType dtype = DType::f32, Loc loc = Loc::current());
 Tensor full(std::vector<Size> shape, double value, DType dtype = DType::f32,
             Loc loc = Loc::current());
@@ -241,6 +242,12 @@ Tensor arange(int64_t n, Loc loc = Loc::current());
 Tensor empty(std::vector<int64_t> shape, DType dtype = DType::f32, Loc loc = Loc::current());
 Tensor empty_like(const Tensor& t, Loc loc = Loc::current());
 Tensor empty_like(const Tensor& t, DType dtype, Loc loc = Loc::current());
+
+// target[index] += value, atomically (Helion's hl.atomic_add, Triton's tl.atomic_add): grid
+// steps may add into the same elements, as a sum over every row into one scalar does. `target`
+// is an f32, int32 or int64 output created with hl::zeros (or hl::full) in host code. The order
+// of the additions is not fixed, so float sums may differ in the last bits from run to run.
+void atomic_add(Tensor& target, std::initializer_list<Index> index, const Tensor& value, Loc loc = Loc::current());
 
 // Checks the kernel's arguments in host code (`hl::expect(labels.dtype() == DType::i64, ...)`):
 // when false, the call fails with an ArgumentError naming the kernel, this line and `message`.

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <mutex>
 #include <sstream>
+#include <system_error>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -10,12 +11,12 @@
 #include "autotune/cpu_runner_source.h"
 #include "autotune/autotune.h"
 #include "autotune/harness.h"
-#include "autotune/process.h"
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/compiler.h"
 #include "backends/cpu/hardware.h"
 #include "deuteron/error.h"
 #include "runtime/disk_cache.h"
+#include "runtime/process.h"
 
 namespace deuteron::autotune {
 
@@ -69,13 +70,13 @@ class CpuHarness : public Harness {
     argv.push_back("-o");
     argv.push_back(tmp.string());
     argv.push_back("-ldl");
-    // posix_spawn does no PATH lookup: resolve a bare compiler name here.
-    if (argv[0].find('/') == std::string::npos) argv.insert(argv.begin(), "/usr/bin/env");
-    proc::Result r = proc::run(argv, 120);
-    if (r.timed_out || !r.exit.exited || r.exit.code != 0) {
+    runtime::Captured r = runtime::run_captured(argv, 120, {.search_path = true, .merge_output = true});
+    if (r.spawn_error || r.timed_out || !r.exit.success()) {
       fs::remove(tmp, ec);
-      throw CompileError(fmt::format("cannot build the autotuner's runner program ({}):\n{}",
-                                     r.timed_out ? "timed out" : r.exit.describe(), r.output),
+      std::string why = r.spawn_error ? std::generic_category().message(r.spawn_error)
+                        : r.timed_out ? "timed out"
+                                      : r.exit.describe();
+      throw CompileError(fmt::format("cannot build the autotuner's runner program ({}):\n{}", why, r.out),
                          "", "the source is kept at " + src.string());
     }
     fs::rename(tmp, exe, ec);

@@ -1,5 +1,5 @@
 // Worker processes for the autotuner: forked compile workers, spawned runners, process trees
-// (stopped, resumed, killed as a whole), exit statuses in words.
+// (stopped, resumed, killed as a whole). Starting, reaping and exit statuses are runtime/process.h.
 //
 // Two kinds of worker, for a reason: a candidate kernel must run in a process that has never
 // run OpenMP code. libgomp keeps its thread pool across fork(), so a parallel region in a
@@ -19,17 +19,6 @@
 
 namespace deuteron::autotune::proc {
 
-// How a child process ended.
-struct Exit {
-  bool exited = false;  // normal exit (code valid); else killed by `signal`
-  int code = 0;
-  int signal = 0;
-  std::string describe() const;  // "exit status 2", "killed by SIGSEGV (segmentation fault)"
-};
-
-// "SIGSEGV", "SIGKILL", ... ("signal 42" for unknown numbers).
-std::string signal_name(int sig);
-
 // A forked child running `body(fd)`, where fd is the write end of a pipe whose read end is
 // `fd` here. The child is in its own process group, dies with the parent (PR_SET_PDEATHSIG),
 // and leaves with _exit (no atexit handlers, no flushing of the parent's stdio buffers).
@@ -48,9 +37,6 @@ struct Spawned {
 };
 Spawned spawn(const std::vector<std::string>& argv, int fd3);
 
-// Waits for `pid`; non-blocking unless `block`. Returns false while it is still running.
-bool reap(pid_t pid, Exit* exit, bool block);
-
 // The processes below `pid` (children, grandchildren, ...), from /proc.
 std::vector<pid_t> descendants(pid_t pid);
 // Sends `sig` to `pid` and every process below it. For SIGKILL the process is stopped first
@@ -59,15 +45,5 @@ void signal_tree(pid_t pid, int sig);
 
 // Writes all of `text` (false if the peer is gone).
 bool write_all(int fd, const std::string& text);
-
-// Runs a program to completion with a timeout, output captured (for building the runner).
-struct Result {
-  Exit exit;
-  bool timed_out = false;
-  std::string output;
-};
-Result run(const std::vector<std::string>& argv, double timeout_s);
-
-double now();  // seconds, monotonic
 
 }  // namespace deuteron::autotune::proc

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "autotune/process.h"
+#include "runtime/process.h"
 #include "deuteron/error.h"
 
 namespace deuteron::autotune {
@@ -63,7 +63,7 @@ void Progress::phase(const std::string& text) {
 void Progress::update(const State& s, bool force) {
   last_ = s;
   if (mode_ == Mode::Quiet || finished_) return;
-  double now = proc::now();
+  double now = runtime::monotonic_seconds();
   double every = mode_ == Mode::Bar ? 0.2 : 5.0;
   if (!force && now - last_draw_ < every) return;
   last_draw_ = now;

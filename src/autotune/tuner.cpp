@@ -30,6 +30,7 @@
 #include "autotune/cache.h"
 #include "autotune/harness.h"
 #include "autotune/process.h"
+#include "runtime/process.h"
 #include "autotune/progress.h"
 #include "autotune/search.h"
 #include "deuteron/error.h"
@@ -331,7 +332,7 @@ class Tuner {
   void poll_once(double max_wait);
   void retime_finalists();
   void report_progress(bool force);
-  double elapsed() const { return proc::now() - start_; }
+  double elapsed() const { return runtime::monotonic_seconds() - start_; }
   double run_timeout() const;
   std::string choose_search();
   TuneResult result();
@@ -343,7 +344,7 @@ class Tuner {
   Budget budget_;
   Injection inject_;
   int jobs_ = 1;
-  double start_ = proc::now();
+  double start_ = runtime::monotonic_seconds();
 
   std::unique_ptr<Arena> arena_;
   std::vector<std::string> runner_cmd_;
@@ -399,14 +400,14 @@ Tuner::~Tuner() {
   // Only reached with work in flight when an exception leaves run(): leave no process behind.
   for (CompileJob& job : compiles_) {
     proc::signal_tree(job.pid, SIGKILL);
-    proc::Exit ex;
-    proc::reap(job.pid, &ex, true);
+    runtime::ExitStatus ex;
+    runtime::reap(job.pid, &ex, true);
     ::close(job.fd);
   }
   if (runner_) {
     proc::signal_tree(runner_->sp.pid, SIGKILL);
-    proc::Exit ex;
-    proc::reap(runner_->sp.pid, &ex, true);
+    runtime::ExitStatus ex;
+    runtime::reap(runner_->sp.pid, &ex, true);
     ::close(runner_->sp.io);
     ::close(runner_->sp.err);
   }
@@ -495,12 +496,12 @@ void Tuner::start_compile(int id) {
     }
     proc::write_all(fd, out.dump());
   });
-  compiles_.push_back({id, f.pid, f.fd, proc::now() + o_.compile_timeout_s, ""});
+  compiles_.push_back({id, f.pid, f.fd, runtime::monotonic_seconds() + o_.compile_timeout_s, ""});
 }
 
 void Tuner::finish_compile(CompileJob& job) {
-  proc::Exit ex;
-  proc::reap(job.pid, &ex, true);
+  runtime::ExitStatus ex;
+  runtime::reap(job.pid, &ex, true);
   ::close(job.fd);
   first_compile_done_ = true;
   Eval& e = evals_[size_t(job.eval)];
@@ -530,8 +531,8 @@ void Tuner::finish_compile(CompileJob& job) {
 void Tuner::kill_compiles(const std::string& why) {
   for (CompileJob& job : compiles_) {
     proc::signal_tree(job.pid, SIGKILL);
-    proc::Exit ex;
-    proc::reap(job.pid, &ex, true);
+    runtime::ExitStatus ex;
+    runtime::reap(job.pid, &ex, true);
     ::close(job.fd);
     finish_candidate(job.eval, Candidate::Status::Skipped, why);
   }
@@ -548,12 +549,12 @@ void Tuner::pause_compiles(int keep) {
     compiles_[i].stopped = true;
   }
   paused_ = true;
-  paused_at_ = proc::now();
+  paused_at_ = runtime::monotonic_seconds();
 }
 
 void Tuner::resume_compiles() {
   if (!paused_) return;
-  double stopped_for = proc::now() - paused_at_;
+  double stopped_for = runtime::monotonic_seconds() - paused_at_;
   for (CompileJob& job : compiles_) {
     if (!job.stopped) continue;
     proc::signal_tree(job.pid, SIGCONT);
@@ -582,7 +583,7 @@ void Tuner::start_runner(const std::vector<int>& evals, bool retime) {
     req += fmt::format("inject {}\n", inject_.for_config(e.key, false));
     job->timeout_s = run_timeout();
   }
-  job->deadline = proc::now() + job->timeout_s;
+  job->deadline = runtime::monotonic_seconds() + job->timeout_s;
   int64_t mem = o_.memory_limit_bytes > 0 ? o_.memory_limit_bytes : (int64_t(4) << 30);
   req += fmt::format("memlimit {}\nrun\n", mem);
   job->sp = proc::spawn(runner_cmd_, arena_->fd());
@@ -639,8 +640,8 @@ std::string Tuner::check_outputs() {
 
 void Tuner::finish_runner() {
   RunnerJob& r = *runner_;
-  proc::Exit ex;
-  proc::reap(r.sp.pid, &ex, true);
+  runtime::ExitStatus ex;
+  runtime::reap(r.sp.pid, &ex, true);
   ::close(r.sp.io);
   ::close(r.sp.err);
   resume_compiles();
@@ -718,7 +719,7 @@ void Tuner::poll_once(double max_wait) {
     fds.push_back({runner_->err_open ? runner_->sp.err : -1, POLLIN, 0});
   }
   double wait = max_wait;
-  double now = proc::now();
+  double now = runtime::monotonic_seconds();
   for (CompileJob& j : compiles_)
     if (!j.stopped) wait = std::min(wait, j.deadline - now);
   if (runner_) wait = std::min(wait, runner_->deadline - now);
@@ -751,10 +752,10 @@ void Tuner::poll_once(double max_wait) {
       finish_compile(j);
       continue;
     }
-    if (!j.stopped && proc::now() > j.deadline) {
+    if (!j.stopped && runtime::monotonic_seconds() > j.deadline) {
       proc::signal_tree(j.pid, SIGKILL);
-      proc::Exit ex;
-      proc::reap(j.pid, &ex, true);
+      runtime::ExitStatus ex;
+      runtime::reap(j.pid, &ex, true);
       ::close(j.fd);
       first_compile_done_ = true;
       finish_candidate(j.eval, Candidate::Status::Failed,
@@ -775,7 +776,7 @@ void Tuner::poll_once(double max_wait) {
     if (n > 0 && r.err_open && fds[runner_at + 1].revents) drain(r.sp.err, r.err, &r.err_open);
     if (!r.io_open && !r.err_open) {
       finish_runner();
-    } else if (proc::now() > r.deadline && !r.timed_out) {
+    } else if (runtime::monotonic_seconds() > r.deadline && !r.timed_out) {
       r.timed_out = true;
       proc::signal_tree(r.sp.pid, SIGKILL);
     }

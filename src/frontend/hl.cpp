@@ -340,6 +340,15 @@ Tensor matmul(const Tensor& a, const Tensor& b, Loc loc) { return dot(a, b, loc)
 Tensor zeros(std::vector<Size> shape, DType dtype, Loc loc) { return full(std::move(shape), 0.0, dtype, loc); }
 Tensor full(std::vector<Size> shape, double value, DType dtype, Loc loc) {
   auto& tr = Tracer::current(loc);
+  if (tr.in_host_code()) {  // an output, filled before the grid runs
+    std::vector<int64_t> sizes;
+    for (const Size& s : shape) {
+      if (!std::holds_alternative<int64_t>(s.get()))
+        tr.fail("a tile used outside its loop, as an output's size", loc, "size outputs with integers (x.size(0))");
+      sizes.push_back(std::get<int64_t>(s.get()));
+    }
+    return Tensor(tr.new_output(std::move(sizes), dtype, loc, value));
+  }
   return wrap(tr, tr.full(shape, value, dtype, loc), loc);
 }
 Tensor arange(int64_t n, Loc loc) {
@@ -353,6 +362,14 @@ Tensor empty(std::vector<int64_t> shape, DType dtype, Loc loc) {
 }
 Tensor empty_like(const Tensor& t, Loc loc) { return empty(t.sizes(loc), t.dtype(), loc); }
 Tensor empty_like(const Tensor& t, DType dtype, Loc loc) { return empty(t.sizes(loc), dtype, loc); }
+
+void atomic_add(Tensor& target, std::initializer_list<Index> index, const Tensor& value, Loc loc) {
+  auto& tr = Tracer::current(loc);
+  if (tr.in_host_code())
+    tr.fail("hl::atomic_add in host code", loc, "call it inside a tile loop, with a block index");
+  std::shared_ptr<Var> block = tr.index(var_of(target, loc), std::vector<Index>(index), loc);
+  tr.store_indexed(*block, var_of(value, loc), loc, true);
+}
 
 void expect(bool condition, const std::string& message, Loc loc) {
   auto& tr = Tracer::current(loc);

@@ -86,8 +86,8 @@ std::shared_ptr<Var> Tracer::scalar_arg(const ArgSpec& spec, int arg_index) {
   return v;  // its device value is made on first use inside a loop (ScalarArg op)
 }
 
-std::shared_ptr<Var> Tracer::new_output(std::vector<int64_t> shape, DType dtype,
-                                        const std::source_location& loc) {
+std::shared_ptr<Var> Tracer::new_output(std::vector<int64_t> shape, DType dtype, const std::source_location& loc,
+                                        std::optional<double> fill) {
   if (!open_loops_.empty())
     fail("outputs must be allocated in host code, outside the tile loops", loc,
          "move hl::empty/hl::empty_like before the outermost hl::tile loop");
@@ -100,6 +100,7 @@ std::shared_ptr<Var> Tracer::new_output(std::vector<int64_t> shape, DType dtype,
   t.role = ir::HostRole::Output;
   t.dtype = dtype;
   t.shape = shape;
+  t.fill = fill;
   t.strides.assign(shape.size(), 1);
   for (int i = int(shape.size()) - 2; i >= 0; --i)
     t.strides[size_t(i)] = t.strides[size_t(i) + 1] * std::max<int64_t>(shape[size_t(i) + 1], 1);
@@ -192,7 +193,8 @@ ir::ValueId Tracer::use(const Var& v, const std::source_location& loc, const cha
     fail(fmt::format("{} is device code and must be inside a tile loop", what), loc,
          "put it inside `for (auto tile : hl::tile(...))`");
   if (v.scalar >= 0 && v.value < 0) {
-    ir::Op op{ir::OpKind::ScalarArg};
+    ir::Op op;
+    op.kind = ir::OpKind::ScalarArg;
     op.scalar = v.scalar;
     op.loc = loc;
     DType dt = k_.scalars[size_t(v.scalar)].dtype;
@@ -313,7 +315,8 @@ std::shared_ptr<Var> Tracer::index(const Var& tensor, const std::vector<hl::Inde
   std::vector<ir::Index> entries;
   std::vector<int> dims;
   std::vector<const Var*> vars;
-  ir::Op op{ir::OpKind::Load};
+  ir::Op op;
+  op.kind = ir::OpKind::Load;
   for (size_t d = 0; d < rank; ++d) {
     int64_t size = ht.shape[d];
     ir::Index e;
@@ -327,7 +330,8 @@ std::shared_ptr<Var> Tracer::index(const Var& tensor, const std::vector<hl::Inde
                          ax.extent, d, ht.name, size),
              loc, "tile each dimension with the size of the tensor dims it indexes");
       if (ax.scalar) {
-        ir::Op b{ir::OpKind::TileBegin};
+        ir::Op b;
+        b.kind = ir::OpKind::TileBegin;
         b.axis = axis;
         b.loc = loc;
         e.kind = ir::Index::Kind::Scalar;
@@ -399,12 +403,22 @@ std::shared_ptr<Var> Tracer::index(const Var& tensor, const std::vector<hl::Inde
   return var;
 }
 
-void Tracer::store_indexed(Var& target, const Var& value, const std::source_location& loc) {
+void Tracer::store_indexed(Var& target, const Var& value, const std::source_location& loc, bool atomic_add) {
   if (!target.indexed)
     fail("assignment to a temporary block value", loc,
          "store into a tensor with `out[tile] = value`");
-  ir::ValueId v = use(value, loc, "a store");
+  ir::ValueId v = use(value, loc, atomic_add ? "hl::atomic_add" : "a store");
   const ir::HostTensor& ht = k_.tensors[size_t(target.tensor)];
+  if (atomic_add) {
+    if (ht.role != ir::HostRole::Output || !ht.fill)
+      fail(fmt::format("hl::atomic_add into '{}', which {}", ht.name,
+                       ht.role == ir::HostRole::Output ? "hl::empty leaves uninitialised" : "is an input"),
+           loc, "add into an output created with hl::zeros (or hl::full) in host code");
+    if (ht.dtype != DType::f32 && ht.dtype != DType::i32 && ht.dtype != DType::i64)
+      fail(fmt::format("hl::atomic_add into '{}' of dtype {}: atomic adds are f32, int32 or int64",
+                       ht.name, dtype_name(ht.dtype)),
+           loc, "accumulate into an f32 output and cast afterwards");
+  }
   ir::Op load = k_.ops[size_t(target.load_op)];
   const std::vector<int>& block = k_.value(load.result).dims;
   std::vector<int> vd = k_.value(v).dims;
@@ -423,7 +437,9 @@ void Tracer::store_indexed(Var& target, const Var& value, const std::source_loca
       stmts.erase(std::next(it).base());
       break;
     }
-  ir::Op st{ir::OpKind::Store};
+  ir::Op st;
+  st.kind = ir::OpKind::Store;
+  st.atomic_add = atomic_add;
   st.tensor = target.tensor;
   st.index = load.index;
   st.inputs = load.inputs;
@@ -450,7 +466,8 @@ ir::ValueId Tracer::binary(ir::BinaryFn fn, const hl::Operand& a, const hl::Oper
       bool integral = x == double(int64_t(x));
       DType dt = is_floating(tdt) || integral ? tdt : DType::f32;
       if (dt == DType::boolean && !(x == 0 || x == 1)) dt = DType::i64;
-      ir::Op f{ir::OpKind::Full};
+      ir::Op f;
+      f.kind = ir::OpKind::Full;
       f.number = x;
       f.loc = loc;
       vals[i] = emit(f, dt, {}, {});
@@ -466,7 +483,8 @@ ir::ValueId Tracer::binary(ir::BinaryFn fn, const hl::Operand& a, const hl::Oper
     dt = DType::boolean;
   else if (fn == ir::BinaryFn::Div && !is_floating(dt))
     dt = DType::f32;  // true division, as in PyTorch
-  ir::Op op{ir::OpKind::Binary};
+  ir::Op op;
+  op.kind = ir::OpKind::Binary;
   op.binary = fn;
   op.inputs = {vals[0], vals[1]};
   op.loc = loc;
@@ -481,7 +499,8 @@ ir::ValueId Tracer::unary(ir::UnaryFn fn, const Var& x, const std::source_locati
   DType dt = xv.dtype;
   if (fn == ir::UnaryFn::Not) dt = DType::boolean;
   else if (fn != ir::UnaryFn::Neg && fn != ir::UnaryFn::Abs && !is_floating(dt)) dt = DType::f32;
-  ir::Op op{ir::OpKind::Unary};
+  ir::Op op;
+  op.kind = ir::OpKind::Unary;
   op.unary = fn;
   op.inputs = {v};
   op.loc = loc;
@@ -502,7 +521,8 @@ ir::ValueId Tracer::where(const hl::Operand& c, const hl::Operand& a, const hl::
   const hl::Operand* ops[2] = {&a, &b};
   for (int i = 0; i < 2; ++i) {
     if (ops[i]->is_number) {
-      ir::Op f{ir::OpKind::Full};
+      ir::Op f;
+      f.kind = ir::OpKind::Full;
       f.number = ops[i]->number;
       f.loc = loc;
       vals[i] = emit(f, other, {}, {});
@@ -513,7 +533,8 @@ ir::ValueId Tracer::where(const hl::Operand& c, const hl::Operand& a, const hl::
   auto dims = broadcast_dims(k_.value(cv).dims, k_.value(vals[0]).dims, loc, "where");
   dims = broadcast_dims(dims, k_.value(vals[1]).dims, loc, "where");
   DType dt = promote(k_.value(vals[0]).dtype, k_.value(vals[1]).dtype);
-  ir::Op op{ir::OpKind::Where};
+  ir::Op op;
+  op.kind = ir::OpKind::Where;
   op.inputs = {cv, vals[0], vals[1]};
   op.loc = loc;
   return emit(op, dt, dims,
@@ -523,7 +544,8 @@ ir::ValueId Tracer::where(const hl::Operand& c, const hl::Operand& a, const hl::
 
 ir::ValueId Tracer::cast(const Var& x, DType to, const std::source_location& loc) {
   ir::ValueId v = use(x, loc, "to()");
-  ir::Op op{ir::OpKind::Cast};
+  ir::Op op;
+  op.kind = ir::OpKind::Cast;
   op.inputs = {v};
   op.loc = loc;
   return emit(op, to, k_.value(v).dims, {&x});
@@ -542,7 +564,8 @@ ir::ValueId Tracer::reduce(ir::ReduceFn fn, const Var& x, int dim, bool keepdim,
   else dims.erase(dims.begin() + dim);
   DType dt = xv.dtype;
   if (fn == ir::ReduceFn::Sum && !is_floating(dt)) dt = DType::i64;
-  ir::Op op{ir::OpKind::Reduce};
+  ir::Op op;
+  op.kind = ir::OpKind::Reduce;
   op.reduce = fn;
   op.dim = dim;
   op.keepdim = keepdim;
@@ -553,7 +576,8 @@ ir::ValueId Tracer::reduce(ir::ReduceFn fn, const Var& x, int dim, bool keepdim,
 
 ir::ValueId Tracer::view(const Var& x, std::vector<int> dims, const std::source_location& loc) {
   ir::ValueId v = use(x, loc, "a view");
-  ir::Op op{ir::OpKind::View};
+  ir::Op op;
+  op.kind = ir::OpKind::View;
   op.inputs = {v};
   op.loc = loc;
   return emit(op, k_.value(v).dtype, std::move(dims), {&x});
@@ -595,7 +619,8 @@ ir::ValueId Tracer::dot(const Var& a, const Var& b, const Var* acc, const std::s
     bool one = d != ir::kOne && k_.axes[size_t(d)].kind != ir::AxisKind::Tile && k_.axes[size_t(d)].extent == 1;
     dims.push_back(one ? ir::kOne : d);
   }
-  ir::Op op{ir::OpKind::Dot};
+  ir::Op op;
+  op.kind = ir::OpKind::Dot;
   op.inputs = {va, vb};
   op.loc = loc;
   std::vector<const Var*> vars = {&a, &b};
@@ -639,7 +664,8 @@ ir::ValueId Tracer::full(const std::vector<hl::Size>& shape, double value, DType
   if (open_loops_.empty())
     fail("hl::zeros/hl::full create blocks and must be inside a tile loop", loc,
          "use hl::empty for host-side outputs");
-  ir::Op op{ir::OpKind::Full};
+  ir::Op op;
+  op.kind = ir::OpKind::Full;
   op.number = value;
   op.loc = loc;
   return emit(op, compute_dtype(dtype), dims_of(shape, loc), {});
@@ -647,7 +673,8 @@ ir::ValueId Tracer::full(const std::vector<hl::Size>& shape, double value, DType
 
 ir::ValueId Tracer::tile_attr(ir::OpKind kind, const hl::Tile& t, const std::source_location& loc) {
   int axis = tile_axis(t, loc);
-  ir::Op op{kind};
+  ir::Op op;
+  op.kind = kind;
   op.axis = axis;
   op.loc = loc;
   std::vector<int> dims;
@@ -658,11 +685,13 @@ ir::ValueId Tracer::tile_attr(ir::OpKind kind, const hl::Tile& t, const std::sou
 ir::ValueId Tracer::arange(int64_t n, const std::source_location& loc) {
   if (n < 1) fail(fmt::format("hl::arange needs a positive size, got {}", n), loc);
   if (open_loops_.empty()) fail("hl::arange creates a block and must be inside a tile loop", loc);
-  ir::Op op{ir::OpKind::TileIndex};
+  ir::Op op;
+  op.kind = ir::OpKind::TileIndex;
   op.axis = n == 1 ? -1 : dims_of({hl::Size(n)}, loc)[0];
   op.loc = loc;
   if (n == 1) {
-    ir::Op f{ir::OpKind::Full};
+    ir::Op f;
+    f.kind = ir::OpKind::Full;
     f.number = 0;
     f.loc = loc;
     return emit(f, DType::i64, {ir::kOne}, {});

@@ -78,13 +78,15 @@ class Tracer {
   std::shared_ptr<Var> new_device_var(ir::ValueId v, const std::source_location& loc);
   std::shared_ptr<Var> copy_var(const Var& from);
   void assign(const std::shared_ptr<Var>& target, const Var& from, const std::source_location& loc);
-  void store_indexed(Var& target, const Var& value, const std::source_location& loc);
+  // `target[index] = value`, or with atomic_add `hl::atomic_add(target, index, value)`.
+  void store_indexed(Var& target, const Var& value, const std::source_location& loc, bool atomic_add = false);
 
   // Checks that a variable is usable here and returns its device value.
   ir::ValueId use(const Var& v, const std::source_location& loc, const char* what);
   const ir::HostTensor& host_tensor(const Var& v, const std::source_location& loc, const char* what);
-  std::shared_ptr<Var> new_output(std::vector<int64_t> shape, DType dtype,
-                                  const std::source_location& loc);
+  // An output of the kernel, allocated in host code; `fill`: hl::zeros / hl::full.
+  std::shared_ptr<Var> new_output(std::vector<int64_t> shape, DType dtype, const std::source_location& loc,
+                                  std::optional<double> fill = std::nullopt);
 
   // Ops. Each checks its operands and throws KernelError at `loc` on misuse.
   ir::ValueId emit(ir::Op op, DType dtype, std::vector<int> dims, const std::vector<const Var*>& vars);
@@ -117,6 +119,7 @@ class Tracer {
   void close_loop(int loop);
   void abandon_loop(int loop) noexcept;
   int depth() const { return int(open_loops_.size()); }
+  bool in_host_code() const { return open_loops_.empty(); }
   // The tile's axis, after checking that its loop is open.
   int tile_axis(const hl::Tile& t, const std::source_location& loc) const;
 

@@ -175,8 +175,8 @@ void print_body(const Kernel& k, const std::vector<Stmt>& body, int indent, std:
         rhs = fmt::format("load {}[{}]", k.tensors[size_t(op.tensor)].name, index_text(k, op.index));
         break;
       case OpKind::Store:
-        rhs = fmt::format("store {}[{}] = %{}", k.tensors[size_t(op.tensor)].name,
-                          index_text(k, op.index), op.inputs.back());
+        rhs = fmt::format("{} {}[{}]{} %{}", op.atomic_add ? "atomic_add" : "store", k.tensors[size_t(op.tensor)].name,
+                          index_text(k, op.index), op.atomic_add ? "," : " =", op.inputs.back());
         break;
       case OpKind::Full: rhs = fmt::format("full {}", op.number); break;
       case OpKind::ScalarArg: rhs = fmt::format("scalar {}", k.scalars[size_t(op.scalar)].name); break;
@@ -216,7 +216,9 @@ std::string print(const Kernel& k) {
   out += fmt::format("{})\n", fmt::join(outs, ", "));
   for (const auto& t : k.tensors)
     if (t.role == HostRole::Output)
-      out += fmt::format("  {} = empty([{}], {})\n", t.name, fmt::join(t.shape, ", "), dtype_name(t.dtype));
+      out += fmt::format("  {} = {}([{}], {}{})\n", t.name, !t.fill ? "empty" : *t.fill == 0 ? "zeros" : "full",
+                         fmt::join(t.shape, ", "), t.fill && *t.fill != 0 ? fmt::format("{}, ", *t.fill) : "",
+                         dtype_name(t.dtype));
   for (const auto& p : k.block_params)
     out += fmt::format("  block size {}: {}\n", p.name,
                        p.fixed ? fmt::format("fixed {}", p.fixed)
@@ -224,6 +226,34 @@ std::string print(const Kernel& k) {
                                              p.reduction ? " (reduction: persistent at max)" : ""));
   print_body(k, k.top, 1, out);
   return out;
+}
+
+namespace {
+void count_uses(const Kernel& k, const std::vector<Stmt>& body, std::vector<int>& uses) {
+  for (const Stmt& s : body) {
+    if (s.kind == Stmt::Kind::Loop) {
+      const Loop& l = k.loops[size_t(s.id)];
+      for (const auto& b : l.begin)
+        if (b.value >= 0) ++uses[size_t(b.value)];
+      for (const auto& b : l.end)
+        if (b.value >= 0) ++uses[size_t(b.value)];
+      for (const auto& c : l.carried) {
+        ++uses[size_t(c.init)];
+        ++uses[size_t(c.next)];
+      }
+      count_uses(k, l.body, uses);
+      continue;
+    }
+    for (ValueId v : k.ops[size_t(s.id)].inputs) ++uses[size_t(v)];
+  }
+}
+
+}  // namespace
+
+std::vector<int> use_counts(const Kernel& k) {
+  std::vector<int> uses(k.values.size(), 0);
+  count_uses(k, k.top, uses);
+  return uses;
 }
 
 }  // namespace deuteron::ir

@@ -31,6 +31,9 @@ struct HostTensor {
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
   std::vector<int64_t> strides;  // in elements; outputs are contiguous
+  // Outputs made by hl::zeros / hl::full in host code: every element is set to this before the
+  // kernel's grid runs (each launch, so repeated runs do not accumulate).
+  std::optional<double> fill;
 };
 
 struct ScalarParam {
@@ -114,11 +117,12 @@ struct Index {
 };
 
 struct Op {
-  OpKind kind;
+  OpKind kind = OpKind::Load;
   ValueId result = -1;  // -1 for Store
   std::vector<ValueId> inputs;
   int tensor = -1;  // Load/Store: host tensor
   std::vector<Index> index;  // Load/Store
+  bool atomic_add = false;  // Store: adds into the tensor atomically (hl::atomic_add)
   int axis = -1;  // TileIndex/TileBegin/TileEnd/TileSize
   int scalar = -1;  // ScalarArg
   double number = 0.0;  // Full
@@ -185,6 +189,10 @@ struct Kernel {
 // The data behind a dot operand: follows views and widening casts (to f32, or to the same
 // dtype) from `v`. `path` (if given) receives every value passed, `v` first, the result last.
 ValueId dot_operand_source(const Kernel& k, ValueId v, std::vector<ValueId>* path = nullptr);
+
+// How many times each value is used by the statements reachable from the kernel's top level:
+// as an op input, a loop bound, or a loop-carried initial or next value.
+std::vector<int> use_counts(const Kernel& k);
 
 // The block extent of a value dim for printing: "block_m", "1", "64".
 std::string dim_name(const Kernel& k, int dim);

@@ -11,25 +11,6 @@
 namespace deuteron::passes {
 
 namespace {
-void collect_uses(const ir::Kernel& k, const std::vector<ir::Stmt>& body, std::vector<int>& uses) {
-  for (const ir::Stmt& s : body) {
-    if (s.kind == ir::Stmt::Kind::Loop) {
-      const ir::Loop& l = k.loops[size_t(s.id)];
-      for (const auto& b : l.begin)
-        if (b.value >= 0) ++uses[size_t(b.value)];
-      for (const auto& b : l.end)
-        if (b.value >= 0) ++uses[size_t(b.value)];
-      for (const auto& c : l.carried) {
-        ++uses[size_t(c.init)];
-        ++uses[size_t(c.next)];
-      }
-      collect_uses(k, l.body, uses);
-      continue;
-    }
-    for (ir::ValueId v : k.ops[size_t(s.id)].inputs) ++uses[size_t(v)];
-  }
-}
-
 bool remove_dead(ir::Kernel& k, std::vector<ir::Stmt>& body, const std::vector<int>& uses) {
   bool changed = false;
   for (auto it = body.begin(); it != body.end();) {
@@ -76,9 +57,7 @@ void collect_stores(const ir::Kernel& k, const std::vector<ir::Stmt>& body, std:
 
 void eliminate_dead_code(ir::Kernel& k) {
   for (bool changed = true; changed;) {
-    std::vector<int> uses(k.values.size(), 0);
-    collect_uses(k, k.top, uses);
-    changed = remove_dead(k, k.top, uses);
+    changed = remove_dead(k, k.top, ir::use_counts(k));
   }
 }
 
@@ -86,8 +65,7 @@ void fuse_dot_accumulate(ir::Kernel& k) {
   // `x + hl::dot(a, b)` (either order) becomes hl::dot(a, b, x) when the product is used only
   // by that add and x does not widen it: the micro-kernel then accumulates onto x (in place
   // when x is a loop-carried accumulator) instead of writing a product block and adding it.
-  std::vector<int> uses(k.values.size(), 0);
-  collect_uses(k, k.top, uses);
+  const std::vector<int> uses = ir::use_counts(k);
   for (ir::Op& op : k.ops) {
     if (op.kind != ir::OpKind::Binary || op.binary != ir::BinaryFn::Add || op.result < 0) continue;
     for (int side = 0; side < 2; ++side) {

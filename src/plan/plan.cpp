@@ -167,26 +167,6 @@ std::vector<Item> group_body(const ir::Kernel& k, const std::vector<ir::Stmt>& b
   return items;
 }
 
-// Uses of each value by the live program: op inputs, loop bounds, carried values.
-void count_uses(const ir::Kernel& k, const std::vector<ir::Stmt>& body, std::vector<int>& uses) {
-  for (const ir::Stmt& s : body) {
-    if (s.kind == ir::Stmt::Kind::Loop) {
-      const ir::Loop& l = k.loops[size_t(s.id)];
-      for (const auto& b : l.begin)
-        if (b.value >= 0) ++uses[size_t(b.value)];
-      for (const auto& b : l.end)
-        if (b.value >= 0) ++uses[size_t(b.value)];
-      for (const auto& cv : l.carried) {
-        ++uses[size_t(cv.init)];
-        ++uses[size_t(cv.next)];
-      }
-      count_uses(k, l.body, uses);
-      continue;
-    }
-    for (ir::ValueId v : k.ops[size_t(s.id)].inputs) ++uses[size_t(v)];
-  }
-}
-
 bool is_elementwise(ir::OpKind kind) {
   return kind == ir::OpKind::Unary || kind == ir::OpKind::Binary || kind == ir::OpKind::Where ||
          kind == ir::OpKind::Cast;
@@ -287,8 +267,7 @@ Plan lower(const ir::Kernel& k, const config::Config& c, const config::TargetLim
 
   // Dots: the casts their operands absorb (the packing widens), the elementwise accumulator
   // expressions computed by the dot group itself, and accumulation in place.
-  std::vector<int> uses(k.values.size(), 0);
-  count_uses(k, k.top, uses);
+  const std::vector<int> uses = ir::use_counts(k);
   std::vector<int> op_loop(k.ops.size(), -1);
   for (size_t l = 0; l < k.loops.size(); ++l)
     for (const ir::Stmt& st : k.loops[l].body)

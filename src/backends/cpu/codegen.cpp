@@ -65,6 +65,7 @@ class Generator {
     ++indent_;
     params();
     axis_constants();
+    fill_outputs();
     const ir::Loop& grid = k_.grid_loop();
     line(fmt::format("#pragma omp parallel num_threads({})", p_.threads));
     line("{");
@@ -84,7 +85,7 @@ class Generator {
     ++indent_;
     grid_indices(grid);
     for (const plan::BlockSpec& s : p_.operands)
-      if (s.loop == int(&grid - k_.loops.data()) && s.placement == plan::Placement::Staged) emit_staged_copy(s, grid);
+      if (s.loop == int(&grid - k_.loops.data()) && s.placement == plan::Placement::Staged) emit_block_copy(s, grid, false);
     body(int(&grid - k_.loops.data()));
     --indent_;
     line("}");
@@ -130,6 +131,27 @@ class Generator {
     for (size_t i = 0; i < k_.scalars.size(); ++i)
       line(fmt::format("const {} {} = {}(scalars[{}]);", ctype(k_.scalars[i].dtype), scalar_name(int(i)),
                        ctype(k_.scalars[i].dtype), i));
+  }
+
+  // Outputs made by hl::zeros / hl::full in host code, set on every launch.
+  void fill_outputs() {
+    for (size_t i = 0; i < k_.tensors.size(); ++i) {
+      const ir::HostTensor& t = k_.tensors[i];
+      if (!t.fill) continue;
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      line(fmt::format("// {} = {}: set before the grid runs", tensor_name(int(i)), *t.fill == 0 ? "zeros" : "full"));
+      line("#pragma omp simd");
+      line(fmt::format("for (int64_t i = 0; i < {}; ++i) {}[i] = {};", n, tensor_name(int(i)),
+                       stored(literal(*t.fill, DType::f32), DType::f32, t.dtype)));
+    }
+  }
+
+  // Expression `v` (of dtype `from`) converted for storing into a tensor of dtype `to`.
+  std::string stored(const std::string& v, DType from, DType to) const {
+    if (to == DType::bf16) return fmt::format("dt::f32_to_bf16(float({}))", v);
+    if (to == DType::f16) return fmt::format("dt::f32_to_f16(float({}))", v);
+    return convert(v, from, to);
   }
 
   void axis_constants() {
@@ -484,7 +506,9 @@ class Generator {
                        op->result, identity(op->reduce, r.dtype)));
     }
     std::string pragma;
-    if (!dom.empty()) {
+    // Atomic adds may hit one address from several lanes: no simd for their loops.
+    bool atomic = std::any_of(g.ops.begin(), g.ops.end(), [&](int o) { return k_.ops[size_t(o)].atomic_add; });
+    if (!dom.empty() && !atomic) {
       pragma = "#pragma omp simd";
       for (const ir::Op* op : scalar_red)
         pragma += fmt::format(" reduction({}:acc{})",
@@ -501,13 +525,9 @@ class Generator {
       const ir::Op& op = k_.ops[size_t(o)];
       if (op.kind == OpKind::Store) {
         const ir::HostTensor& t = k_.tensors[size_t(op.tensor)];
-        std::string v = value(op.inputs.back());
-        DType from = k_.value(op.inputs.back()).dtype;
-        std::string e;
-        if (t.dtype == DType::bf16) e = fmt::format("dt::f32_to_bf16(float({}))", v);
-        else if (t.dtype == DType::f16) e = fmt::format("dt::f32_to_f16(float({}))", v);
-        else e = convert(v, from, t.dtype);
-        line(fmt::format("{}[{}] = {};", tensor_name(op.tensor), address(op), e));
+        std::string e = stored(value(op.inputs.back()), k_.value(op.inputs.back()).dtype, t.dtype);
+        if (op.atomic_add) line("#pragma omp atomic update");
+        line(fmt::format("{}[{}] {}= {};", tensor_name(op.tensor), address(op), op.atomic_add ? "+" : "", e));
       } else if (op.kind == OpKind::Reduce) {
         int rd = k_.value(op.inputs[0]).dims[size_t(op.dim)];
         std::string x = convert(value(op.inputs[0]), k_.value(op.inputs[0]).dtype, k_.value(op.result).dtype);
@@ -552,10 +572,11 @@ class Generator {
     scalars_.clear();
   }
 
-  // Stages this iteration's block of a streamed operand, prefetching the next ones.
-  void emit_staged_copy(const plan::BlockSpec& s, const ir::Loop& l) {
+  // Stages an operand into fast memory: a streamed one's block for this iteration (prefetching
+  // the next ones), or a resident one's whole extent in the loop, once before the loop.
+  void emit_block_copy(const plan::BlockSpec& s, const ir::Loop& l, bool resident) {
     if (s.dot >= 0) {
-      emit_packed_copy(s, l, false);
+      emit_packed_copy(s, l, resident);
       return;
     }
     const ir::Op& op = k_.ops[size_t(s.op)];
@@ -564,13 +585,21 @@ class Generator {
     std::vector<int> dom;
     for (int d : k_.value(v).dims)
       if (d != ir::kOne) dom.push_back(d);
-    line(fmt::format("// stage this block of {} into fast memory", k_.tensors[size_t(op.tensor)].name));
+    const std::string& name = k_.tensors[size_t(op.tensor)].name;
+    line(resident ? fmt::format("// stage all of {} this loop reads into fast memory, once", name)
+                  : fmt::format("// stage this block of {} into fast memory", name));
     line("{");
     ++indent_;
+    if (resident)
+      for (int a : l.axes) {  // the loop's axes span their whole extent here
+        line(fmt::format("const int64_t o_{0} = 0, n_{0} = {1};", axis(a), k_.axes[size_t(a)].extent));
+        whole_.insert(a);
+      }
     open_nest(dom, dom.empty() ? "" : "#pragma omp simd", [](size_t) {});
     line(fmt::format("m{}[{}] = {};", v, storage_index(v), load_expr(op)));
     close_nest(dom, [](size_t) {});
-    emit_prefetch(s, l, dom);
+    if (resident) whole_.clear();
+    else emit_prefetch(s, l, dom);
     --indent_;
     line("}");
     scalars_.clear();
@@ -819,34 +848,6 @@ class Generator {
     scalars_.clear();
   }
 
-  // Stages the whole extent of a resident operand once, before its loop starts.
-  void emit_resident_copy(const plan::BlockSpec& s, const ir::Loop& l) {
-    if (s.dot >= 0) {
-      emit_packed_copy(s, l, true);
-      return;
-    }
-    const ir::Op& op = k_.ops[size_t(s.op)];
-    ir::ValueId v = op.result;
-    scalars_.clear();
-    std::vector<int> dom;
-    for (int d : k_.value(v).dims)
-      if (d != ir::kOne) dom.push_back(d);
-    line(fmt::format("// stage all of {} this loop reads into fast memory, once", k_.tensors[size_t(op.tensor)].name));
-    line("{");
-    ++indent_;
-    for (int a : l.axes) {  // the loop's axes span their whole extent here
-      line(fmt::format("const int64_t o_{0} = 0, n_{0} = {1};", axis(a), k_.axes[size_t(a)].extent));
-      whole_.insert(a);
-    }
-    open_nest(dom, dom.empty() ? "" : "#pragma omp simd", [](size_t) {});
-    line(fmt::format("m{}[{}] = {};", v, storage_index(v), load_expr(op)));
-    close_nest(dom, [](size_t) {});
-    whole_.clear();
-    --indent_;
-    line("}");
-    scalars_.clear();
-  }
-
   std::string bound(const ir::Bound& b) {
     if (b.value < 0) return fmt::format("{}", b.constant);
     scalars_.clear();
@@ -908,7 +909,7 @@ class Generator {
       ++indent_;
       for (const ir::Carried& c : l.carried) emit_copy(c.phi, c.init, fmt::format("%{} starts as %{}", c.phi, c.init).c_str());
       for (const plan::BlockSpec& s : p_.operands)
-        if (s.loop == it.loop && s.placement == plan::Placement::Resident) emit_resident_copy(s, l);
+        if (s.loop == it.loop && s.placement == plan::Placement::Resident) emit_block_copy(s, l, true);
       for (size_t i = 0; i < l.axes.size(); ++i) {
         const std::string& n = axis(l.axes[i]);
         line(fmt::format("const int64_t begin_{} = {}, end_{} = {};", n, bound(l.begin[i]), n, bound(l.end[i])));
@@ -920,7 +921,7 @@ class Generator {
         line(fmt::format("const int64_t n_{0} = B_{0} < end_{0} - o_{0} ? B_{0} : end_{0} - o_{0};", n));
       }
       for (const plan::BlockSpec& s : p_.operands)
-        if (s.loop == it.loop && s.placement == plan::Placement::Staged) emit_staged_copy(s, l);
+        if (s.loop == it.loop && s.placement == plan::Placement::Staged) emit_block_copy(s, l, false);
       body(it.loop);
       for (const ir::Carried& c : l.carried)
         if (storage_value(source(c.next)) != c.phi) emit_copy(c.phi, c.next, fmt::format("%{} = %{} for the next iteration", c.phi, c.next).c_str());

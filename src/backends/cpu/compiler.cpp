@@ -2,17 +2,12 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cctype>
-#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -25,8 +20,8 @@
 #include "backends/cpu/hardware.h"
 #include "deuteron/error.h"
 #include "runtime/disk_cache.h"
+#include "runtime/process.h"
 
-extern char** environ;
 
 namespace deuteron::cpu {
 
@@ -35,11 +30,6 @@ namespace fs = std::filesystem;
 namespace {
 
 std::atomic<int> g_invocations{0};
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 std::vector<std::string> split_words(const std::string& s) {
   std::vector<std::string> out;
@@ -54,80 +44,17 @@ std::string join(const std::vector<std::string>& v, const char* sep = " ") {
   return out;
 }
 
-struct ProcessResult {
-  int exit_code = -1;  // -1 when killed by a signal
-  bool timed_out = false;
-  std::string output;  // stdout and stderr interleaved, capped
-};
-
-// Runs argv (PATH lookup) in its own process group with stdin from /dev/null, capturing its
-// output; on timeout kills the whole group (the driver's cc1plus/as/ld children too).
-ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s) {
-  constexpr size_t kMaxOutput = 256 * 1024;  // a runaway error cascade must not eat memory
+// Runs the compiler (PATH lookup), its stdout and stderr interleaved; on timeout kills its whole
+// process group (the driver's cc1plus, as and ld too). Throws CompileError if it cannot start.
+runtime::Captured run_compiler(const std::vector<std::string>& argv, double timeout_s) {
   if (argv.empty()) throw CompileError("no C++ compiler given", "", "set $CXX or CompileOptions::compiler");
-  std::vector<char*> cargv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-
-  int fds[2];
-  // O_CLOEXEC: children spawned concurrently by other threads must not inherit our pipe, or
-  // we would never see EOF.
-  if (pipe2(fds, O_CLOEXEC) != 0)
-    throw RuntimeError(fmt::format("pipe failed: {}", std::generic_category().message(errno)));
-
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGPIPE);  // the host may ignore SIGPIPE; the compiler should not
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF);
-  pid_t pid = -1;
-  int err = posix_spawnp(&pid, cargv[0], &fa, &attr, cargv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  ::close(fds[1]);
-  if (err != 0) {
-    ::close(fds[0]);
+  runtime::Captured r = runtime::run_captured(
+      argv, timeout_s, {.search_path = true, .merge_output = true, .max_output = 256 * 1024});
+  if (r.spawn_error != 0)
     throw CompileError(fmt::format("cannot run C++ compiler '{}': {}", argv[0],
-                                   std::generic_category().message(err)),
+                                   std::generic_category().message(r.spawn_error)),
                        "", "install g++ or set $CXX to a C++20 compiler");
-  }
-
-  ProcessResult res;
-  const double deadline = now() + timeout_s;
-  char buf[8192];
-  for (;;) {
-    double left = deadline - now();
-    if (left <= 0) {
-      res.timed_out = true;
-      ::kill(-pid, SIGKILL);
-      break;
-    }
-    pollfd p{fds[0], POLLIN, 0};
-    int r = ::poll(&p, 1, int(std::min(left * 1000.0, 1e9)) + 1);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) continue;  // timeout: re-checked at the loop head
-    ssize_t n = ::read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // EOF: every process holding the pipe has exited
-    if (res.output.size() < kMaxOutput) res.output.append(buf, size_t(n));
-  }
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) res.exit_code = WEXITSTATUS(status);
-  return res;
+  return r;
 }
 
 std::string truncated(std::string s, size_t limit = 4000) {
@@ -213,11 +140,11 @@ std::vector<std::string> pch_args(const CompileOptions& opt, const std::string& 
   argv.push_back("-o");
   argv.push_back((tmp / (base + ".gch")).string());
 
-  double t0 = now();
+  double t0 = runtime::monotonic_seconds();
   ++g_invocations;
-  ProcessResult r = run_process(argv, opt.timeout_s);
-  *seconds += now() - t0;
-  bool ok = r.exit_code == 0 && !r.timed_out;
+  runtime::Captured r = run_compiler(argv, opt.timeout_s);
+  *seconds += runtime::monotonic_seconds() - t0;
+  bool ok = r.exit.success() && !r.timed_out;
   if (ok && ::rename(tmp.c_str(), dir.c_str()) != 0 && !fs::exists(dir / (base + ".gch"), ec))
     ok = false;
   fs::remove_all(tmp, ec);  // no-op after a successful rename
@@ -274,11 +201,11 @@ std::string compiler_identity(const std::string& compiler) {
   }
   std::vector<std::string> argv = split_words(compiler);
   argv.push_back("--version");
-  ProcessResult r = run_process(argv, 30);
-  if (r.exit_code != 0 || r.timed_out)
-    throw CompileError(fmt::format("'{} --version' failed:\n{}", compiler, truncated(r.output)),
+  runtime::Captured r = run_compiler(argv, 30);
+  if (!r.exit.success() || r.timed_out)
+    throw CompileError(fmt::format("'{} --version' failed:\n{}", compiler, truncated(r.out)),
                        "", "set $CXX to a working C++20 compiler");
-  std::string id = r.output.substr(0, r.output.find('\n'));
+  std::string id = r.out.substr(0, r.out.find('\n'));
   std::lock_guard lock(mu);
   memo.emplace(compiler, id);
   return id;
@@ -332,18 +259,17 @@ CompileResult compile_and_load(const std::string& name, const std::string& sourc
   argv.push_back("-o");
   argv.push_back(tmp_so.string());
 
-  double t0 = now();
+  double t0 = runtime::monotonic_seconds();
   ++g_invocations;
-  ProcessResult r = run_process(argv, opt.timeout_s);
-  res.compile_seconds += now() - t0;
-  if (r.exit_code != 0 || r.timed_out) {
+  runtime::Captured r = run_compiler(argv, opt.timeout_s);
+  res.compile_seconds += runtime::monotonic_seconds() - t0;
+  if (!r.exit.success() || r.timed_out) {
     fs::remove(tmp_so, ec);
-    std::string what = r.timed_out
-                           ? fmt::format("C++ compiler timed out after {} s", opt.timeout_s)
-                           : fmt::format("C++ compiler failed (exit status {})", r.exit_code);
+    std::string what = r.timed_out ? fmt::format("C++ compiler timed out after {} s", opt.timeout_s)
+                                   : fmt::format("C++ compiler failed ({})", r.exit.describe());
     throw CompileError(fmt::format("{} on kernel '{}'\n  source: {}\n  command: {}\n{}", what,
                                    name, res.source_path.string(), join(argv),
-                                   truncated(r.output)),
+                                   truncated(r.out)),
                        "", "the generated source is kept at " + res.source_path.string());
   }
   if (::rename(tmp_so.c_str(), res.so_path.c_str()) != 0) {

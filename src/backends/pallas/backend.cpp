@@ -1,15 +1,8 @@
 #include "backends/pallas/backend.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -20,106 +13,13 @@
 #include "backends/pallas/npy.h"
 #include "deuteron/error.h"
 #include "runtime/disk_cache.h"
-
-extern char** environ;
+#include "runtime/process.h"
 
 namespace deuteron::pallas {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-struct ProcessResult {
-  int exit_code = -1;  // -1 when killed by a signal
-  int signal = 0;
-  bool timed_out = false;
-  std::string out, err;
-};
-
-// Runs argv[0] (a path) with stdin from /dev/null in its own process group, capturing stdout
-// and stderr separately; on timeout kills the group.
-ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s) {
-  constexpr size_t kMaxOutput = 1 << 20;
-  std::vector<char*> cargv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  int out_fds[2], err_fds[2];
-  if (pipe2(out_fds, O_CLOEXEC) != 0)
-    throw RuntimeError(fmt::format("pipe failed: {}", std::generic_category().message(errno)));
-  if (pipe2(err_fds, O_CLOEXEC) != 0) {
-    ::close(out_fds[0]);
-    ::close(out_fds[1]);
-    throw RuntimeError(fmt::format("pipe failed: {}", std::generic_category().message(errno)));
-  }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, out_fds[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err_fds[1], 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGPIPE);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  pid_t pid = -1;
-  int err = posix_spawn(&pid, cargv[0], &fa, &attr, cargv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  ::close(out_fds[1]);
-  ::close(err_fds[1]);
-  if (err != 0) {
-    ::close(out_fds[0]);
-    ::close(err_fds[0]);
-    throw CompileError(fmt::format("cannot run {}: {}", argv[0], std::generic_category().message(err)), "",
-                       "run scripts/setup_python.sh to create the project's Python environment");
-  }
-  ProcessResult res;
-  const double deadline = now() + timeout_s;
-  pollfd fds[2] = {{out_fds[0], POLLIN, 0}, {err_fds[0], POLLIN, 0}};
-  std::string* sinks[2] = {&res.out, &res.err};
-  int open = 2;
-  char buf[8192];
-  while (open > 0) {
-    double left = deadline - now();
-    if (left <= 0) {
-      res.timed_out = true;
-      ::kill(-pid, SIGKILL);
-      break;
-    }
-    int r = ::poll(fds, 2, int(std::min(left * 1000.0, 1e9)) + 1);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) continue;
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        ::close(fds[i].fd);
-        fds[i].fd = -1;
-        --open;
-        continue;
-      }
-      if (sinks[i]->size() < kMaxOutput) sinks[i]->append(buf, size_t(n));
-    }
-  }
-  for (auto& p : fds)
-    if (p.fd >= 0) ::close(p.fd);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) res.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) res.signal = WTERMSIG(status);
-  return res;
-}
 
 // A temporary directory removed with its contents when this goes out of scope.
 class TempDir {
@@ -220,7 +120,10 @@ class PallasExecutable : public backends::Executable {
     argv.push_back("--chip");
     argv.push_back(chip_);
 
-    ProcessResult r = run_process(argv, timeout_seconds());
+    runtime::Captured r = runtime::run_captured(argv, timeout_seconds());
+    if (r.spawn_error != 0)
+      throw CompileError(fmt::format("cannot run {}: {}", argv[0], std::generic_category().message(r.spawn_error)),
+                         "", "run scripts/setup_python.sh to create the project's Python environment");
     std::vector<std::string> quoted;
     for (const auto& a : argv) quoted.push_back(shell_quote(a));
     std::string command = fmt::format("{}", fmt::join(quoted, " "));
@@ -228,7 +131,7 @@ class PallasExecutable : public backends::Executable {
       throw RuntimeError(fmt::format("the pallas runner for kernel '{}' timed out after {:.0f} s", kernel_,
                                      timeout_seconds()),
                          module_.string(), "raise DEUTERON_PALLAS_TIMEOUT (seconds) or use a smaller grid");
-    if (r.exit_code != 0) {
+    if (!r.exit.success()) {
       // The runner's one-line summary, else the last line it printed.
       std::string summary;
       const std::string marker = "deuteron_pallas_runner: error: ";
@@ -236,7 +139,7 @@ class PallasExecutable : public backends::Executable {
         summary = r.err.substr(at + marker.size());
         summary = summary.substr(0, summary.find('\n'));
       } else {
-        summary = r.signal ? fmt::format("killed by signal {}", r.signal) : tail(r.err, 1);
+        summary = r.exit.exited ? tail(r.err, 1) : r.exit.describe();
       }
       std::string message = fmt::format("the pallas runner failed for kernel '{}': {}", kernel_, summary);
       std::string hint =
@@ -245,7 +148,7 @@ class PallasExecutable : public backends::Executable {
       // anything before (import, tracing, lowering the module) is the target's compile step.
       bool at_run_time = summary.find("JaxRuntimeError") != std::string::npos ||
                          summary.find("XlaRuntimeError") != std::string::npos ||
-                         summary.find("race") != std::string::npos || r.signal != 0;
+                         summary.find("race") != std::string::npos || !r.exit.exited;
       if (at_run_time) throw RuntimeError(message, module_.string(), hint);
       throw CompileError(message, module_.string(), hint);
     }

@@ -183,10 +183,16 @@ class Analysis {
     for (int o : body) {
       const ir::Op& op = k.ops[size_t(o)];
       if (op.kind == OpKind::Dot) unsupported("hl::dot", "multiplies matrices", where(op));
+      if (op.atomic_add) unsupported("hl::atomic_add", "adds into an output from several grid steps", where(op));
       if (op.kind == OpKind::Load || op.kind == OpKind::Store) continue;
       for (ir::ValueId in : op.inputs)
         if (k.value(in).def_op < 0) unsupported("loop-carried values", "uses one", where(op));
     }
+    for (const ir::HostTensor& t : k.tensors)
+      if (t.fill)
+        unsupported("outputs created by hl::zeros or hl::full in host code",
+                    fmt::format("creates {} that way", t.name), format_location(grid.loc),
+                    "create it with hl::empty and store every block, or use the cpu target");
     effective_blocks(grid);
     build_operands();
     mark_needed();
