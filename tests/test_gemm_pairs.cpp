@@ -7,7 +7,6 @@
 #include <random>
 #include <vector>
 
-#pragma GCC diagnostic ignored "-Wpsabi"
 #define DT_GEMM_EMULATE_BF16 1
 #include "backends/cpu/runtime/deuteron_gemm.h"
 

@@ -7,8 +7,6 @@
 #include <random>
 #include <vector>
 
-// Without -mavx the 32-byte vector types are passed differently; nothing here crosses an ABI.
-#pragma GCC diagnostic ignored "-Wpsabi"
 #include "backends/cpu/runtime/deuteron_gemm.h"
 
 namespace {
