@@ -360,6 +360,25 @@ TEST(KernelErrors, NumberWhereATensorIsExpected) {
   EXPECT_TRUE(points_at(e, mistake_line));
 }
 
+// Labels outside [0, V): the gather's index check fails the launch with the value and the dim,
+// for too large and negative labels, instead of reading outside the logits.
+TEST(KernelErrors, CrossEntropyLabelOutOfRange) {
+  const auto& ce = examples::find("cross_entropy");
+  Tensor logits = Tensor::rand({5, 7}, DType::f32, 3);
+  for (int64_t bad : {7, 1000, -1}) {
+    Tensor labels = Tensor::rand({5}, DType::i64, 4, 0.0, 7.0);
+    labels.set(3, double(bad));
+    auto e = error_of<RuntimeError>([&] { driver::run(*ce.kernel, {logits, labels}, "cpu", config::Config()); });
+    EXPECT_TRUE(mentions(e, fmt::format("index {} is out of range for dim 1", bad)));
+    EXPECT_TRUE(mentions(e, "(size 7)"));
+    EXPECT_TRUE(mentions(e, "cross_entropy.cpp"));
+  }
+  // The same compiled kernel runs on with valid labels.
+  Tensor labels = Tensor::rand({5}, DType::i64, 4, 0.0, 7.0);
+  auto r = driver::run(*ce.kernel, {logits, labels}, "cpu", config::Config());
+  EXPECT_TRUE(allclose(r.outputs[0], ce.reference({logits, labels})[0], 1e-5, 1e-5).close);
+}
+
 // ---- mistakes in configs -----------------------------------------------------------------------
 
 // The same copy kernel with a config pinned in its definition.

@@ -20,19 +20,28 @@ std::string runtime_dir() {
   return std::string(DEUTERON_SOURCE_DIR) + "/src/backends/cpu/runtime";
 }
 
-using KernelFn = void(void* const*, const double*, char*, long);
+using KernelFn = void(void* const*, const double*, char*, long, int64_t*);
 
 class CpuExecutable : public backends::Executable {
  public:
-  CpuExecutable(std::shared_ptr<SharedObject> so, KernelFn* fn, int64_t scratch_per_thread, int threads)
-      : so_(std::move(so)), fn_(fn), per_thread_(scratch_per_thread), threads_(threads) {
+  CpuExecutable(std::shared_ptr<SharedObject> so, KernelFn* fn, int64_t scratch_per_thread, int threads,
+                const plan::Plan& p)
+      : so_(std::move(so)), fn_(fn), per_thread_(scratch_per_thread), threads_(threads), checks_(index_checks(p)) {
     int64_t bytes = std::max<int64_t>(per_thread_ * threads_, 64);
     scratch_.reset(static_cast<char*>(std::aligned_alloc(64, size_t((bytes + 63) / 64 * 64))));
+    if (!checks_.empty()) kernel_ = p.kernel;
   }
   void run(const std::vector<Tensor>& tensors, const std::vector<double>& scalars) override {
     std::vector<void*> ptrs;
     for (const Tensor& t : tensors) ptrs.push_back(t.data());
-    fn_(ptrs.data(), scalars.data(), scratch_.get(), long(per_thread_));
+    int64_t status[2] = {0, 0};
+    fn_(ptrs.data(), scalars.data(), scratch_.get(), long(per_thread_), status);
+    if (status[0] > 0 && size_t(status[0]) <= checks_.size()) {
+      const IndexCheck& c = checks_[size_t(status[0] - 1)];
+      throw RuntimeError(describe_failed_check(kernel_, c, status[1]),
+                         format_location(kernel_.ops[size_t(c.op)].loc),
+                         "the index tensor holds a value outside the dim; the outputs are incomplete");
+    }
   }
 
  private:
@@ -43,6 +52,8 @@ class CpuExecutable : public backends::Executable {
   KernelFn* fn_;
   int64_t per_thread_;
   int threads_;
+  std::vector<IndexCheck> checks_;
+  ir::Kernel kernel_;  // for the messages of failed checks
   std::unique_ptr<char, Free> scratch_;
 };
 
@@ -66,7 +77,7 @@ std::unique_ptr<backends::Executable> CpuBackend::compile(const plan::Plan& p) c
   opts.precompiled_header = dir + "/deuteron_cpu.h";
   CompileResult r = compile_and_load(p.kernel.name, source, opts);
   auto fn = r.so->function<KernelFn>(entry_name(p));
-  auto exe = std::make_unique<CpuExecutable>(r.so, fn, (p.fast_memory_bytes + 63) / 64 * 64, p.threads);
+  auto exe = std::make_unique<CpuExecutable>(r.so, fn, (p.fast_memory_bytes + 63) / 64 * 64, p.threads, p);
   exe->compiled = r.compiled;
   exe->compile_seconds = r.compile_seconds;
   exe->source_path = r.source_path.string();

@@ -55,13 +55,13 @@ std::string sanitize(const std::string& s) {
 
 class Generator {
  public:
-  explicit Generator(const plan::Plan& p) : p_(p), k_(p.kernel) {}
+  explicit Generator(const plan::Plan& p) : p_(p), k_(p.kernel), checks_(index_checks(p)) {}
 
   std::string run() {
     header();
     line(fmt::format("extern \"C\" void {}(void* const* tensors, const double* scalars, char* scratch,",
                      entry_name(p_)));
-    line("                                long scratch_per_thread) {");
+    line("                                long scratch_per_thread, int64_t* status) {");
     ++indent_;
     params();
     axis_constants();
@@ -309,16 +309,23 @@ class Generator {
       if (e.kind == ir::Index::Kind::Axis) {
         i = global_index(e.axis);
         if (e.offset) i = fmt::format("({} + {})", i, e.offset);
-      } else if (e.kind == ir::Index::Kind::Scalar) {
-        i = e.value >= 0 ? fmt::format("int64_t({})", value(e.value)) : fmt::format("{}", e.constant);
-      } else {
-        i = fmt::format("int64_t({})", value(e.value));
+      } else if (e.kind == ir::Index::Kind::Scalar && e.value < 0) {
+        i = fmt::format("{}", e.constant);
+      } else {  // computed by the kernel: checked
+        i = fmt::format("dt::checked_index(int64_t({}), {}, status, {})", value(e.value), t.shape[d],
+                        check_number(int(&op - k_.ops.data()), int(d)));
       }
       int64_t stride = t.strides[d];
       if (stride == 0) continue;
       terms.push_back(stride == 1 ? i : fmt::format("{} * {}", i, stride));
     }
     return terms.empty() ? "0" : fmt::format("{}", fmt::join(terms, " + "));
+  }
+
+  int check_number(int op, int dim) const {
+    for (size_t c = 0; c < checks_.size(); ++c)
+      if (checks_[c].op == op && checks_[c].dim == dim) return int(c);
+    throw std::logic_error(fmt::format("codegen: no index check for op {} dim {}", op, dim));
   }
 
   std::string load_expr(const ir::Op& op) {
@@ -954,6 +961,7 @@ class Generator {
  private:
   const plan::Plan& p_;
   const ir::Kernel& k_;
+  const std::vector<IndexCheck> checks_;
   std::string out_;
   int indent_ = 0;
   std::map<ir::ValueId, std::string> scalars_;  // values computed as scalars in this group
@@ -967,6 +975,27 @@ class Generator {
 }  // namespace
 
 std::string entry_name(const plan::Plan& p) { return "deuteron_" + sanitize(p.kernel.name); }
+
+std::vector<IndexCheck> index_checks(const plan::Plan& p) {
+  std::vector<IndexCheck> out;
+  for (size_t o = 0; o < p.kernel.ops.size(); ++o) {
+    const ir::Op& op = p.kernel.ops[o];
+    if (op.kind != OpKind::Load && op.kind != OpKind::Store) continue;
+    for (size_t d = 0; d < op.index.size(); ++d) {
+      const ir::Index& e = op.index[d];
+      if (e.kind == ir::Index::Kind::Axis || e.value < 0) continue;
+      out.push_back({int(o), int(d), p.kernel.tensors[size_t(op.tensor)].shape[d]});
+    }
+  }
+  return out;
+}
+
+std::string describe_failed_check(const ir::Kernel& k, const IndexCheck& c, int64_t index) {
+  const ir::Op& op = k.ops[size_t(c.op)];
+  return fmt::format("kernel '{}': index {} is out of range for dim {} of {} (size {}), in a {} indexed with values the kernel computed",
+                     k.name, index, c.dim, k.tensors[size_t(op.tensor)].name, c.size,
+                     op.kind == OpKind::Load ? "read" : "write");
+}
 
 std::string generate(const plan::Plan& p) {
   Generator g(p);

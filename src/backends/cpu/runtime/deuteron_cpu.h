@@ -358,6 +358,25 @@ DT_INLINE uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(r | sign);
 }
 
+// ---- indices computed by the kernel ------------------------------------------------------------
+
+// Records the first failed index check of a launch: status[0] = 1 + its number, status[1] = the
+// index. Cold and out of line: the check's fast path is one compare.
+__attribute__((cold, noinline)) inline void record_bad_index(int64_t* status, int64_t check, int64_t index) {
+  int64_t none = 0;
+  if (__atomic_compare_exchange_n(&status[0], &none, check + 1, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    __atomic_store_n(&status[1], index, __ATOMIC_RELAXED);
+}
+// `index` when it lies in [0, size); otherwise records the failure and reads element 0 instead,
+// and the launch reports the check as an error.
+DT_INLINE int64_t checked_index(int64_t index, int64_t size, int64_t* status, int64_t check) {
+  if (__builtin_expect(uint64_t(index) >= uint64_t(size), 0)) {
+    record_bad_index(status, check, index);
+    return 0;
+  }
+  return index;
+}
+
 }  // namespace dt
 
 #undef DT_INLINE
