@@ -188,6 +188,60 @@ TEST_F(PallasTarget, MasksReductionsOverPartialBlocks) {
   expect_matches({expected}, r.outputs, "config " + r.config.dump());
 }
 
+// hl::atomic_add on a TPU: the grid steps adding into one block run in order ("arbitrary")
+// and keep the block in VMEM, set on its first visit. rms_norm_bwd adds every row block's
+// share of grad_w; the row blocks are ragged (130 rows in blocks of 128).
+TEST_F(PallasTarget, AtomicAddAccumulatesInARevisitedBlock) {
+  require_python();
+  if (HasFatalFailure()) return;
+  const examples::Entry& e = examples::find("rms_norm_bwd");
+  for (DType dt : {DType::f32, DType::bf16}) {
+    std::vector<Arg> args = e.inputs({130, 300}, dt, 4);
+    driver::Specialized s = specialize(*e.kernel, args);
+    config::Config cfg = fit(s, {{"block_t0", 128}});
+    std::string module = s.backend->emit(driver::lower(s, cfg));
+    EXPECT_TRUE(contains(module, "out1_ref[...] += ")) << module;
+    EXPECT_TRUE(contains(module, "@pl.when(pl.program_id(0) == 0)")) << module;
+    EXPECT_TRUE(contains(module, "dimension_semantics=(\"arbitrary\",)")) << module;
+    driver::RunResult r = driver::run(*e.kernel, args, "pallas", cfg);
+    expect_matches(e.reference(args), r.outputs, "config " + r.config.dump());
+  }
+}
+
+// Column sums over a 2-D grid: the output block moves along t1 and is revisited along t0, which
+// must then run innermost (a TPU writes a block back when the grid moves on).
+const auto column_sums = deuteron::kernel("column_sums", [](hl::Tensor x) {
+  auto sums = hl::zeros({x.size(1)});
+  for (auto [tm, tn] : hl::tile({x.size(0), x.size(1)})) hl::atomic_add(sums, {tn}, x[{tm, tn}].sum(0));
+  return sums;
+});
+
+TEST_F(PallasTarget, RevisitedBlocksNeedTheirAxisInnermost) {
+  require_python();
+  if (HasFatalFailure()) return;
+  Tensor x = Tensor::rand({20, 300}, DType::f32, 6);
+  std::vector<Arg> args = {x};
+  driver::Specialized s = specialize(column_sums, args);
+  config::Config cfg = fit(s, {{"block_t0", 8}, {"block_t1", 128}});
+  cfg.set("grid_order", config::Json::array({0, 1}));  // t0 outside: refused
+  try {
+    s.backend->emit(driver::lower(s, cfg));
+    FAIL() << "a revisit across other blocks was accepted";
+  } catch (const ConfigError& err) {
+    EXPECT_TRUE(contains(err.message(), "revisited along grid axis t0")) << err.what();
+    EXPECT_TRUE(contains(err.hint(), "grid_order with t0 last")) << err.what();
+  }
+  cfg.set("grid_order", config::Json::array({1, 0}));
+  driver::RunResult r = driver::run(column_sums, args, "pallas", cfg);
+  Tensor want = Tensor::empty({300}, DType::f32);
+  for (int64_t j = 0; j < 300; ++j) {
+    double sum = 0;
+    for (int64_t i = 0; i < 20; ++i) sum += x.get(i * 300 + j);
+    want.set(j, sum);
+  }
+  expect_matches({want}, r.outputs, "config " + r.config.dump());
+}
+
 // ---- the generated module --------------------------------------------------------------------
 
 TEST_F(PallasTarget, EmitsOneBlockSpecPerOperandFromThePlan) {

@@ -245,8 +245,9 @@ Tensor empty_like(const Tensor& t, DType dtype, Loc loc = Loc::current());
 
 // target[index] += value, atomically (Helion's hl.atomic_add, Triton's tl.atomic_add): grid
 // steps may add into the same elements, as a sum over every row into one scalar does. `target`
-// is an f32, int32 or int64 output created with hl::zeros (or hl::full) in host code. The order
-// of the additions is not fixed, so float sums may differ in the last bits from run to run.
+// is an f32, int32 or int64 output created with hl::zeros (or hl::full) in host code. On the
+// CPU the order of the additions is not fixed, so float sums may differ in the last bits from
+// run to run; on a TPU (pallas) the adding grid steps run in order on one block in VMEM.
 void atomic_add(Tensor& target, std::initializer_list<Index> index, const Tensor& value, Loc loc = Loc::current());
 
 // Checks the kernel's arguments in host code (`hl::expect(labels.dtype() == DType::i64, ...)`):

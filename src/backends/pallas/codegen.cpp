@@ -183,24 +183,41 @@ class Analysis {
     for (int o : body) {
       const ir::Op& op = k.ops[size_t(o)];
       if (op.kind == OpKind::Dot) unsupported("hl::dot", "multiplies matrices", where(op));
-      if (op.atomic_add) unsupported("hl::atomic_add", "adds into an output from several grid steps", where(op));
       if (op.kind == OpKind::Load || op.kind == OpKind::Store) continue;
       for (ir::ValueId in : op.inputs)
         if (k.value(in).def_op < 0) unsupported("loop-carried values", "uses one", where(op));
     }
-    for (const ir::HostTensor& t : k.tensors)
-      if (t.fill)
-        unsupported("outputs created by hl::zeros or hl::full in host code",
-                    fmt::format("creates {} that way", t.name), format_location(grid.loc),
-                    "create it with hl::empty and store every block, or use the cpu target");
     effective_blocks(grid);
     build_operands();
+    check_revisits();
     mark_needed();
     // Constructs first (CompileError: no config helps), then what the config got wrong.
     if (config_problem) throw *config_problem;
   }
 
   std::optional<ConfigError> config_problem;
+
+  // A filled output (the target of hl::atomic_add) keeps its block in VMEM across the grid steps
+  // that revisit it, which a TPU does only while the steps are consecutive: the grid axes it
+  // does not move along must run inside (faster than) those it does.
+  void check_revisits() {
+    for (const Operand& o : operands) {
+      const ir::HostTensor& t = k.tensors[size_t(o.tensor)];
+      if (!o.output || !t.fill) continue;
+      int last_moving = -1;
+      for (size_t i = 0; i < p.grid_axes.size(); ++i)
+        if (o.grid_axes.count(p.grid_axes[i])) last_moving = int(i);
+      for (int i = 0; i < last_moving; ++i) {
+        int a = p.grid_axes[size_t(i)];
+        if (o.grid_axes.count(a) || p.grid_blocks[size_t(i)] <= 1 || config_problem) continue;
+        config_problem = ConfigError(
+            fmt::format("{} is revisited along grid axis {}, which runs outside an axis its blocks move along: a "
+                        "TPU writes a block back when the grid moves on, so the additions would not meet",
+                        t.name, k.axes[size_t(a)].name),
+            format_location(k.loc), fmt::format("choose a grid_order with {} last", k.axes[size_t(a)].name));
+      }
+    }
+  }
 
   // Block sizes as this target uses them: a tiled axis whose block covers its whole extent in
   // one grid step uses the extent (a block equal to the array dim is always legal on a TPU and
@@ -602,7 +619,34 @@ class Generator {
         text += fmt::format("    b_{} = pl.program_id({})  # block index along {}\n",
                             py_name(k_.axes[size_t(p_.grid_axes[i])].name), i,
                             k_.axes[size_t(p_.grid_axes[i])].name);
+    text += fill_outputs();
     for (const std::string& l : lines) text += "    " + l + "\n";
+    return text;
+  }
+
+  // Outputs made by hl::zeros / hl::full in host code: each block is set on its first visit,
+  // when the grid axes it does not move along (sequential, "arbitrary") are at their start.
+  std::string fill_outputs() const {
+    std::string text;
+    for (const Operand& o : an_.operands) {
+      const ir::HostTensor& t = k_.tensors[size_t(o.tensor)];
+      if (!o.output || !t.fill) continue;
+      std::vector<std::string> first;
+      for (size_t i = 0; i < p_.grid_axes.size(); ++i)
+        if (!o.grid_axes.count(p_.grid_axes[i]) && p_.grid_blocks[i] > 1)
+          first.push_back(fmt::format("pl.program_id({}) == 0", i));
+      std::string fill = fmt::format("{}[...] = jnp.full({}.shape, {}, {}.dtype)", o.ref, o.ref,
+                                     literal(*t.fill, kernel_type(t.dtype)), o.ref);
+      std::string what = fmt::format("{} = {}", t.name, *t.fill == 0 ? "zeros" : "full");
+      if (first.empty()) {
+        text += fmt::format("    {}  # {}: each block is visited once\n", fill, what);
+      } else {
+        std::string when = first.size() == 1 ? first[0] : fmt::format("({})", fmt::join(first, ") & ("));
+        text += fmt::format("\n    @pl.when({})\n", when);
+        text += fmt::format("    def _fill_{}():  # {}, on the block's first visit\n", py_name(t.name), what);
+        text += fmt::format("        {}\n\n", fill);
+      }
+    }
     return text;
   }
 
@@ -755,9 +799,11 @@ class Generator {
       const Operand& o = an_.operands[size_t(an_.operand_of_op.at(int(&op - k_.ops.data())))];
       std::string v =
           align(in(op.inputs.size() - 1), in_dims(op.inputs.size() - 1), access_dims(op), true, op);
-      lines.push_back(fmt::format("{}{} = {}.astype({}.dtype)  # store {}  ({})", o.ref,
-                                  an_.ref_index.at(int(&op - k_.ops.data())), v, o.ref,
-                                  k_.tensors[size_t(op.tensor)].name, loc));
+      // hl::atomic_add: the grid steps that add into one block run one after another on a
+      // TPU core (the block's revisits make its grid axes "arbitrary"), so a plain += is exact.
+      lines.push_back(fmt::format("{}{} {}= {}.astype({}.dtype)  # {} {}  ({})", o.ref,
+                                  an_.ref_index.at(int(&op - k_.ops.data())), op.atomic_add ? "+" : "", v, o.ref,
+                                  op.atomic_add ? "atomic_add into" : "store", k_.tensors[size_t(op.tensor)].name, loc));
       return;
     }
     const ir::Value& r = k_.value(op.result);
