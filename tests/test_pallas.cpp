@@ -231,6 +231,9 @@ TEST_F(PallasTarget, RevisitedBlocksNeedTheirAxisInnermost) {
     EXPECT_TRUE(contains(err.message(), "revisited along grid axis t0")) << err.what();
     EXPECT_TRUE(contains(err.hint(), "grid_order with t0 last")) << err.what();
   }
+  // The target's default puts t0 last by itself.
+  EXPECT_EQ(s.backend->adjust_default(s.space, s.space.default_config(), s.ir).values().at("grid_order"),
+            config::Json::array({1, 0}));
   cfg.set("grid_order", config::Json::array({1, 0}));
   driver::RunResult r = driver::run(column_sums, args, "pallas", cfg);
   Tensor want = Tensor::empty({300}, DType::f32);

@@ -248,7 +248,8 @@ Tensor empty_like(const Tensor& t, DType dtype, Loc loc = Loc::current());
 // is an f32, int32 or int64 output created with hl::zeros (or hl::full) in host code. On the
 // CPU the order of the additions is not fixed, so float sums may differ in the last bits from
 // run to run; on a TPU (pallas) the adding grid steps run in order on one block in VMEM.
-void atomic_add(Tensor& target, std::initializer_list<Index> index, const Tensor& value, Loc loc = Loc::current());
+void atomic_add(const Tensor& target, std::initializer_list<Index> index, const Tensor& value,
+                Loc loc = Loc::current());
 
 // Checks the kernel's arguments in host code (`hl::expect(labels.dtype() == DType::i64, ...)`):
 // when false, the call fails with an ArgumentError naming the kernel, this line and `message`.

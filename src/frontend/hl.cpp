@@ -363,7 +363,7 @@ Tensor empty(std::vector<int64_t> shape, DType dtype, Loc loc) {
 Tensor empty_like(const Tensor& t, Loc loc) { return empty(t.sizes(loc), t.dtype(), loc); }
 Tensor empty_like(const Tensor& t, DType dtype, Loc loc) { return empty(t.sizes(loc), dtype, loc); }
 
-void atomic_add(Tensor& target, std::initializer_list<Index> index, const Tensor& value, Loc loc) {
+void atomic_add(const Tensor& target, std::initializer_list<Index> index, const Tensor& value, Loc loc) {
   auto& tr = Tracer::current(loc);
   if (tr.in_host_code())
     tr.fail("hl::atomic_add in host code", loc, "call it inside a tile loop, with a block index");

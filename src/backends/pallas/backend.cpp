@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -246,6 +247,23 @@ config::Config PallasBackend::adjust_default(const config::ConfigSpace& space, c
       while (cover < span) cover <<= 1;
       raise(bp.name, std::min<int64_t>(back == 0 ? g.lanes : g.sublanes, cover));
     }
+  }
+  // An hl::atomic_add target is revisited along the grid axes its index does not use; a TPU
+  // accumulates only over consecutive visits, so those axes go innermost (the others keep
+  // their order).
+  if (out.has("grid_order")) {
+    std::vector<bool> revisit(grid.axes.size(), false);
+    for (const ir::Stmt& s : grid.body) {
+      if (s.kind != ir::Stmt::Kind::Op || !k.ops[size_t(s.id)].atomic_add) continue;
+      const ir::Op& op = k.ops[size_t(s.id)];
+      for (size_t i = 0; i < grid.axes.size(); ++i)
+        revisit[i] = revisit[i] || std::none_of(op.index.begin(), op.index.end(), [&](const ir::Index& e) {
+                       return e.kind == ir::Index::Kind::Axis && e.axis == grid.axes[i];
+                     });
+    }
+    auto order = out.values().at("grid_order").get<std::vector<int>>();
+    std::stable_partition(order.begin(), order.end(), [&](int i) { return !revisit[size_t(i)]; });
+    out.set("grid_order", order);
   }
   return out;
 }
