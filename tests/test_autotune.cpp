@@ -332,9 +332,13 @@ TEST_F(Autotune, ConcurrentWritersLeaveAWholeEntry) {
   int reads = 0;
   std::thread reader([&] {
     while (!stop) {
+      // Entries are replaced by atomic renames and never removed here: once the file exists,
+      // every read must find a whole entry. (Look before reading: the first write may land
+      // between a read that found nothing and the look.)
+      bool existed = fs::exists(key.path());
       std::string problem;
       auto e = autotune::read_entry(key, &problem);
-      if (fs::exists(key.path())) {
+      if (existed) {
         EXPECT_TRUE(e.has_value()) << problem;
         ++reads;
       }
