@@ -226,9 +226,14 @@ int main() {
   };
   auto run = [&](Kernel& k) {
     double t0 = now();
-    int64_t status[2] = {0, 0};  // failed index checks: the tuner's inputs are valid, ignored
+    int64_t status[2] = {0, 0};
     k.fn(ptrs.data(), scalars.data(), k.scratch, k.per_thread, status);
-    return now() - t0;
+    double t = now() - t0;
+    // The tuner's inputs are valid: a failed index check is a broken candidate.
+    if (status[0] != 0)
+      fail(3, "index check %lld failed: index %lld is out of range", (long long)(status[0] - 1),
+           (long long)status[1]);
+    return t;
   };
 
   // The first run: its outputs are what the tuner checks (every later run recomputes them).
