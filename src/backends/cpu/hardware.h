@@ -38,7 +38,9 @@ struct Roofline {
 Roofline measure_roofline();
 
 // The roofline of this machine: measured once and kept in
-// cache_root()/roofline-<hash of model, features, cores>.json (and in memory).
+// cache_root()/roofline-<hash of model, features, cores>.json (and in memory). A measurement in
+// which all cores do not beat one core by 1.3x on FMA was disturbed by other processes: it is
+// retried once, and if still disturbed, kept but measured again when an hour old.
 Roofline roofline(bool remeasure = false);
 
 }  // namespace deuteron::cpu
