@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -599,6 +600,22 @@ TEST_F(Autotune, CacheRoundTripCorruptionAndWarmStart) {
   retune.read_cache = false;
   retune.write_cache = false;
   EXPECT_FALSE(autotune::tune(s, retune).from_cache);
+
+  // Tuned while other processes kept the machine busy: trusted for an hour, then tuned again.
+  for (double age : {10.0, 7200.0}) {
+    std::optional<autotune::CacheEntry> e = autotune::parse_entry(*read_file(first.cache_path), &problem);
+    ASSERT_TRUE(e) << problem;
+    e->info["others_cores"] = 1.5;
+    e->info["created_unix"] = double(std::time(nullptr)) - age;
+    autotune::write_entry(*e);
+    autotune::clear_memory_cache();
+    autotune::TuneOptions no_write = o;
+    no_write.write_cache = false;
+    testing::internal::CaptureStderr();
+    autotune::TuneResult r = autotune::tune(s, no_write);
+    testing::internal::GetCapturedStderr();
+    EXPECT_EQ(r.from_cache, age < 3600) << "entry " << age << " s old";
+  }
 
   // Another shape starts from this shape's best config.
   auto args2 = add_args(48, 64);

@@ -982,6 +982,9 @@ TuneResult Tuner::run() {
 
 // ---- cache lookups -------------------------------------------------------------------------
 
+// Other processes' load (in cores) above which a tuning run's timings are suspect.
+constexpr double kBusyCores = 0.5;
+
 std::optional<CacheEntry> lookup(const CacheKey& key, const driver::Specialized& s) {
   std::string id = key.id();
   {
@@ -990,6 +993,16 @@ std::optional<CacheEntry> lookup(const CacheKey& key, const driver::Specialized&
   }
   std::string problem;
   std::optional<CacheEntry> e = read_entry(key, &problem);
+  // Tuned while other processes were busy: trusted for an hour (the machine is often busy for
+  // a while), then tuned again.
+  if (e) {
+    double others = e->info.value("others_cores", 0.0);
+    double age = double(std::time(nullptr)) - e->info.value("created_unix", 0.0);
+    if (others > kBusyCores && age > 3600) {
+      problem = fmt::format("it was tuned while other processes kept {:.1f} cores busy", others);
+      e.reset();
+    }
+  }
   if (e) {
     try {
       e->config = s.space.complete(e->config);
@@ -1077,7 +1090,14 @@ TuneResult tune(const driver::Specialized& s, const TuneOptions& options) {
   }
 
   Tuner tuner(s, o, *harness, key);
+  const runtime::CpuUse before = runtime::cpu_use();
   TuneResult r = tuner.run();
+  const double others = runtime::others_cores(before, runtime::cpu_use());
+  if (others > kBusyCores && r.ok > 0)
+    std::cerr << fmt::format(
+        "deuteron: other processes kept {:.1f} cores busy while {} was tuned, so its timings may be off; the "
+        "config is tuned again when an hour old (now: deuteron tune {} --retune)\n",
+        others, key.kernel, key.kernel);
   if (r.ok == 0) {
     std::map<std::string, int> why;
     for (const Candidate& c : r.candidates)
@@ -1097,7 +1117,8 @@ TuneResult tune(const driver::Specialized& s, const TuneOptions& options) {
     e.info = {{"effort", r.effort},     {"search", r.search},      {"seed", o.seed},
               {"tried", r.tried},       {"failed", r.failed},      {"rejected", r.rejected},
               {"pruned", r.pruned},     {"elapsed_s", r.elapsed_s}, {"created", now_text()},
-              {"median_compile_s", r.median_compile_s}};
+              {"median_compile_s", r.median_compile_s}, {"created_unix", double(std::time(nullptr))},
+              {"others_cores", others}};
     r.cache_path = key.path().string();
     r.log_path = key.log_path().string();
     try {
