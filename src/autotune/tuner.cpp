@@ -30,11 +30,12 @@
 #include "autotune/cache.h"
 #include "autotune/harness.h"
 #include "autotune/process.h"
-#include "runtime/process.h"
 #include "autotune/progress.h"
 #include "autotune/search.h"
 #include "deuteron/error.h"
 #include "runtime/disk_cache.h"
+#include "runtime/machine_load.h"
+#include "runtime/process.h"
 
 namespace deuteron::autotune {
 
@@ -993,12 +994,9 @@ std::optional<CacheEntry> lookup(const CacheKey& key, const driver::Specialized&
   }
   std::string problem;
   std::optional<CacheEntry> e = read_entry(key, &problem);
-  // Tuned while other processes were busy: trusted for an hour (the machine is often busy for
-  // a while), then tuned again.
   if (e) {
     double others = e->info.value("others_cores", 0.0);
-    double age = double(std::time(nullptr)) - e->info.value("created_unix", 0.0);
-    if (others > kBusyCores && age > 3600) {
+    if (runtime::measure_again(others > kBusyCores, e->info.value("created_unix", 0.0))) {
       problem = fmt::format("it was tuned while other processes kept {:.1f} cores busy", others);
       e.reset();
     }
@@ -1117,7 +1115,7 @@ TuneResult tune(const driver::Specialized& s, const TuneOptions& options) {
     e.info = {{"effort", r.effort},     {"search", r.search},      {"seed", o.seed},
               {"tried", r.tried},       {"failed", r.failed},      {"rejected", r.rejected},
               {"pruned", r.pruned},     {"elapsed_s", r.elapsed_s}, {"created", now_text()},
-              {"median_compile_s", r.median_compile_s}, {"created_unix", double(std::time(nullptr))},
+              {"median_compile_s", r.median_compile_s}, {"created_unix", runtime::unix_now()},
               {"others_cores", others}};
     r.cache_path = key.path().string();
     r.log_path = key.log_path().string();

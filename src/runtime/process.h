@@ -57,14 +57,4 @@ struct Captured {
 // its process group.
 Captured run_captured(const std::vector<std::string>& argv, double timeout_s, const CaptureOptions& options = {});
 
-// CPU seconds used so far by the whole machine (/proc/stat) and by this process with the
-// children it has reaped, and when that was read. Two samples tell how busy other processes kept
-// the machine in between: timings taken then (a tuning run, a roofline) may be off.
-struct CpuUse {
-  double machine_s = 0, own_s = 0, wall_s = 0;
-};
-CpuUse cpu_use();
-// Cores other processes kept busy, on average, between two samples (0 where /proc is missing).
-double others_cores(const CpuUse& from, const CpuUse& to);
-
 }  // namespace deuteron::runtime

@@ -29,7 +29,6 @@ class CpuExecutable : public backends::Executable {
       : so_(std::move(so)), fn_(fn), per_thread_(scratch_per_thread), threads_(threads), checks_(index_checks(p)) {
     int64_t bytes = std::max<int64_t>(per_thread_ * threads_, 64);
     scratch_.reset(static_cast<char*>(std::aligned_alloc(64, size_t((bytes + 63) / 64 * 64))));
-    if (!checks_.empty()) kernel_ = p.kernel;
   }
   void run(const std::vector<Tensor>& tensors, const std::vector<double>& scalars) override {
     std::vector<void*> ptrs;
@@ -38,8 +37,7 @@ class CpuExecutable : public backends::Executable {
     fn_(ptrs.data(), scalars.data(), scratch_.get(), long(per_thread_), status);
     if (status[0] > 0 && size_t(status[0]) <= checks_.size()) {
       const IndexCheck& c = checks_[size_t(status[0] - 1)];
-      throw RuntimeError(describe_failed_check(kernel_, c, status[1]),
-                         format_location(kernel_.ops[size_t(c.op)].loc),
+      throw RuntimeError(fmt::format("index {} is out of range for {}", status[1], c.what), c.where,
                          "the index tensor holds a value outside the dim; the outputs are incomplete");
     }
   }
@@ -52,8 +50,7 @@ class CpuExecutable : public backends::Executable {
   KernelFn* fn_;
   int64_t per_thread_;
   int threads_;
-  std::vector<IndexCheck> checks_;
-  ir::Kernel kernel_;  // for the messages of failed checks
+  std::vector<IndexCheck> checks_;  // for the message of a failed one
   std::unique_ptr<char, Free> scratch_;
 };
 

@@ -984,17 +984,14 @@ std::vector<IndexCheck> index_checks(const plan::Plan& p) {
     for (size_t d = 0; d < op.index.size(); ++d) {
       const ir::Index& e = op.index[d];
       if (e.kind == ir::Index::Kind::Axis || e.value < 0) continue;
-      out.push_back({int(o), int(d), p.kernel.tensors[size_t(op.tensor)].shape[d]});
+      const ir::HostTensor& t = p.kernel.tensors[size_t(op.tensor)];
+      out.push_back({int(o), int(d), t.shape[d],
+                     fmt::format("dim {} of {} (size {}), in a {} of kernel '{}' indexed with values it computed", d,
+                                 t.name, t.shape[d], op.kind == OpKind::Load ? "read" : "write", p.kernel.name),
+                     format_location(op.loc)});
     }
   }
   return out;
-}
-
-std::string describe_failed_check(const ir::Kernel& k, const IndexCheck& c, int64_t index) {
-  const ir::Op& op = k.ops[size_t(c.op)];
-  return fmt::format("kernel '{}': index {} is out of range for dim {} of {} (size {}), in a {} indexed with values the kernel computed",
-                     k.name, index, c.dim, k.tensors[size_t(op.tensor)].name, c.size,
-                     op.kind == OpKind::Load ? "read" : "write");
 }
 
 std::string generate(const plan::Plan& p) {

@@ -27,9 +27,9 @@ struct IndexCheck {
   int op = -1;    // the load or store
   int dim = -1;   // the indexed dim of its tensor
   int64_t size = 0;
+  std::string what;   // "dim 1 of arg0 (size 7), in a read of kernel 'cross_entropy'"
+  std::string where;  // the op's line in the user's kernel
 };
 std::vector<IndexCheck> index_checks(const plan::Plan& p);
-// "index 40000 is out of range for dim 1 of logits (size 32000)", for a failed check.
-std::string describe_failed_check(const ir::Kernel& k, const IndexCheck& c, int64_t index);
 
 }  // namespace deuteron::cpu

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -19,6 +18,7 @@
 
 #include "deuteron/error.h"
 #include "runtime/disk_cache.h"
+#include "runtime/machine_load.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #define DEUTERON_X86 1
@@ -421,10 +421,7 @@ Roofline roofline(bool remeasure) {
       if (j.is_object() && j.value("peak_gflops", 0.0) > 0 && j.value("copy_gbps", 0.0) > 0 &&
           j.value("peak_gflops_1core", 0.0) > 0 && j.value("copy_gbps_1core", 0.0) > 0) {
         Roofline cached{j["peak_gflops"], j["peak_gflops_1core"], j["copy_gbps"], j["copy_gbps_1core"]};
-        // One measured on a busy machine is tried again after an hour (not on every run: each
-        // measurement takes seconds, and a busy machine is often busy for a while).
-        double age = double(std::time(nullptr)) - j.value("measured_at", 0.0);
-        if (plausible(cached, info.cores) || age < 3600) {
+        if (!runtime::measure_again(!plausible(cached, info.cores), j.value("measured_at", 0.0))) {
           memo = cached;
           return *memo;
         }
@@ -445,7 +442,7 @@ Roofline roofline(bool remeasure) {
                       {"model_name", info.model_name},
                       {"features_key", info.features_key},
                       {"cores", info.cores},
-                      {"measured_at", double(std::time(nullptr))}};
+                      {"measured_at", runtime::unix_now()}};
   atomic_write(path, j.dump(2) + "\n");
   memo = r;
   return r;
