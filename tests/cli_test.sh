@@ -43,6 +43,13 @@ check "emit --plan prints the plan" has "$plan" "block specs"
 src=$("$BIN" emit softmax --shapes small)
 check "emit prints C++ named after the kernel" has "$src" "deuteron_softmax"
 check "emit is byte-identical across runs" test "$src" == "$("$BIN" emit softmax --shapes small)"
+# Printing never tunes, whatever the effort: it says which config it used.
+untuned=$(env -u DEUTERON_AUTOTUNE_EFFORT timeout 60 "$BIN" emit rms_norm --shape 300,700 --plan 2>&1)
+check "emit --plan does not tune and says so" has "$untuned" "default config (not tuned"
+check "emit --plan shows the cpu target's decisions" has "$untuned" "bytes of scratch per thread"
+origin=$(env -u DEUTERON_AUTOTUNE_EFFORT timeout 60 "$BIN" emit rms_norm --shape 300,700 --json)
+check "emit --json names the config's origin" has "$origin" '"config_origin":"default"'
+check "a default-config emit leaves no tuned entry" test -z "$(ls "$DEUTERON_CACHE_DIR"/autotune/*rms_norm* 2>/dev/null)"
 
 err=$("$BIN" run no_such_kernel 2>&1); code=$?
 check "unknown kernel exits non-zero" test "$code" -ne 0

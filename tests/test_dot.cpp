@@ -11,8 +11,10 @@
 
 #include "deuteron/deuteron.h"
 #include "backends/backend.h"
+#include "backends/cpu/refine.h"
 #include "driver/driver.h"
 #include "plan/plan.h"
+#include "test_kernels.h"
 
 namespace deuteron {
 namespace {
@@ -108,18 +110,7 @@ void check_all_configs(const KernelBase& k, const std::vector<Arg>& args, const 
   }
 }
 
-// out = x @ y, tiled over M and N, accumulating over blocks of K: the shape of most products.
-auto tiled_matmul(const char* name) {
-  return deuteron::kernel(name, [](hl::Tensor x, hl::Tensor y) {
-    auto out = hl::empty({x.size(0), y.size(1)});
-    for (auto [tm, tn] : hl::tile({x.size(0), y.size(1)})) {
-      auto acc = hl::zeros({tm, tn});
-      for (auto tk : hl::tile(x.size(1))) acc = hl::dot(x[{tm, tk}], y[{tk, tn}], acc);
-      out[{tm, tn}] = acc;
-    }
-    return out;
-  });
-}
+using test_kernels::tiled_matmul;
 
 const std::vector<std::vector<int64_t>> kMKN = {{37, 29, 70}, {1, 1, 1}, {64, 64, 64}, {130, 67, 100}, {5, 200, 3}};
 
@@ -312,36 +303,74 @@ TEST(Dot, GridGroupsVisitEveryBlockOnce) {
 
 // ---- plan decisions -----------------------------------------------------------------------------
 
+// The decisions below depend on the fast-memory budget: they are checked at the budget each
+// assumes, whatever the machine's L2 (DEUTERON_L2_BYTES does not change them).
+config::TargetLimits cpu_limits(int64_t l2_bytes) { return {.cores = 2, .fast_memory_bytes = l2_bytes}; }
+
 TEST(DotPlan, OperandsReachTheMicroKernelAsConfigured) {
   static const auto k = tiled_matmul("dot_plan");
   Tensor x = Tensor::rand({256, 2048}, DType::f32, 1), y = Tensor::rand({2048, 256}, DType::f32, 2);
-  auto s = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu");
-  auto lower = [&](const std::string& json) { return driver::lower(s, s.space.complete(config::Config::parse(json))); };
+  auto s = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu", cpu_limits(2 << 20));
+  auto lower = [&](const std::string& json) {
+    return cpu::refine(driver::lower(s, s.space.complete(config::Config::parse(json))));
+  };
   // By default the f32 A operand is read in place and B is resident (packed once per grid step,
   // kept while its column of blocks repeats: the M dim is the grid's fastest).
-  plan::Plan p = lower("{}");
-  EXPECT_EQ(p.dots[0].a.read, plan::DotRead::InPlace);
-  EXPECT_EQ(p.dots[0].b.read, plan::DotRead::Packed);
-  EXPECT_EQ(p.spec_for_op(p.dots[0].b.load_op)->placement, plan::Placement::Resident);
-  EXPECT_EQ(p.grid_axes.back(), p.kernel.value(p.kernel.ops[size_t(p.dots[0].op)].result).dims[0]);
+  cpu::CpuPlan p = lower("{}");
+  EXPECT_EQ(p.gemms[0].a.read, cpu::DotRead::InPlace);
+  EXPECT_EQ(p.gemms[0].b.read, cpu::DotRead::Packed);
+  EXPECT_EQ(p.spec_for_op(p.gemms[0].b.load_op)->placement, plan::Placement::Resident);
+  EXPECT_EQ(p.grid_axes.back(), p.kernel.value(p.kernel.ops[size_t(p.gemms[0].op)].result).dims[0]);
   // f32 row-major operands can both be read in place.
   p = lower(R"({"inner_t2_arg0": "in_place", "inner_t2_arg1": "in_place"})");
-  EXPECT_EQ(p.dots[0].a.read, plan::DotRead::InPlace);
-  EXPECT_EQ(p.dots[0].b.read, plan::DotRead::InPlace);
+  EXPECT_EQ(p.gemms[0].a.read, cpu::DotRead::InPlace);
+  EXPECT_EQ(p.gemms[0].b.read, cpu::DotRead::InPlace);
   // Streamed and resident operands are packed by their copy; a resident one is kept while the
   // grid index it depends on repeats.
   p = lower(R"({"inner_t2_arg0": "stream", "inner_t2_arg1": "resident", "block_t0": 64, "block_t1": 64, "block_t2": 128})");
-  EXPECT_EQ(p.dots[0].a.read, plan::DotRead::Packed);
-  EXPECT_EQ(p.dots[0].b.read, plan::DotRead::Packed);
-  const plan::BlockSpec* b = p.spec_for_op(p.dots[0].b.load_op);
+  EXPECT_EQ(p.gemms[0].a.read, cpu::DotRead::Packed);
+  EXPECT_EQ(p.gemms[0].b.read, cpu::DotRead::Packed);
+  const plan::BlockSpec* b = p.spec_for_op(p.gemms[0].b.load_op);
   ASSERT_TRUE(b);
   EXPECT_EQ(b->placement, plan::Placement::Resident);
   EXPECT_TRUE(b->reuse);
   ASSERT_EQ(b->reuse_axes.size(), 1u);
   EXPECT_EQ(s.ir.axes[size_t(b->reuse_axes[0])].name, "t1");
-  EXPECT_EQ(b->fast_bytes, 2048 * 64 * 4);  // every K block of a 64-column panel
+  EXPECT_EQ(p.staging_of(*b).fast_bytes, 2048 * 64 * 4);  // every K block of a 64-column panel
   // A resident operand that does not fit the fast memory is refused.
   EXPECT_THROW(lower(R"({"inner_t2": "resident", "block_t0": 256, "block_t1": 256})"), ConfigError);
+}
+
+// A loop-level strategy applies to every operand the config does not set itself.
+TEST(DotPlan, LoopStrategyAppliesToOperandsNotSetThemselves) {
+  static const auto k = tiled_matmul("dot_plan_loop_strategy");
+  Tensor x = Tensor::rand({64, 512}, DType::f32, 1), y = Tensor::rand({512, 64}, DType::f32, 2);
+  auto s = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu", cpu_limits(2 << 20));
+  auto placement = [&](const std::string& json, int operand) {
+    plan::Plan p = driver::lower(s, s.space.complete(config::Config::parse(json)));
+    const plan::Dot& d = p.dots[0];
+    return p.spec_for_op(operand == 0 ? d.a.load_op : d.b.load_op)->placement;
+  };
+  EXPECT_EQ(placement(R"({"inner_t2": "resident"})", 0), plan::Placement::Resident);
+  EXPECT_EQ(placement(R"({"inner_t2": "resident"})", 1), plan::Placement::Resident);
+  EXPECT_EQ(placement(R"({"inner_t2": "stream"})", 0), plan::Placement::Staged);
+  // An operand set explicitly keeps its own choice.
+  EXPECT_EQ(placement(R"({"inner_t2": "stream", "inner_t2_arg1": "in_place"})", 1), plan::Placement::InPlace);
+  EXPECT_EQ(placement(R"({"inner_t2": "stream", "inner_t2_arg1": "in_place"})", 0), plan::Placement::Staged);
+}
+
+// The default adapts to the budget: B resident while it fits half of it, else read in place.
+TEST(DotPlan, DefaultsFollowThePinnedBudget) {
+  static const auto k = tiled_matmul("dot_plan_budget");
+  Tensor x = Tensor::rand({256, 2048}, DType::f32, 1), y = Tensor::rand({2048, 256}, DType::f32, 2);
+  for (int64_t l2 : {int64_t(512) << 10, int64_t(1) << 20, int64_t(2) << 20}) {
+    auto s = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu", cpu_limits(l2));
+    cpu::CpuPlan p = cpu::refine(driver::lower(s, s.space.default_config()));
+    // B's panel: every K row of a 128-column block, 2048 x 128 floats = 1 MiB.
+    plan::Placement want = l2 >= (int64_t(2) << 20) ? plan::Placement::Resident : plan::Placement::InPlace;
+    EXPECT_EQ(p.spec_for_op(p.gemms[0].b.load_op)->placement, want) << "L2 " << l2;
+    EXPECT_LE(p.fast_memory_bytes, l2);
+  }
 }
 
 TEST(DotPlan, BFloat16OperandsArePacked) {
@@ -355,11 +384,11 @@ TEST(DotPlan, BFloat16OperandsArePacked) {
   });
   Tensor x = Tensor::rand({70, 33}, DType::bf16, 1), y = Tensor::rand({33, 90}, DType::bf16, 2);
   auto s = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu");
-  plan::Plan p = driver::lower(s, s.space.complete(config::Config::parse(R"({"inner_t1_arg1": "in_place"})")));
+  cpu::CpuPlan p = cpu::refine(driver::lower(s, s.space.complete(config::Config::parse(R"({"inner_t1_arg1": "in_place"})"))));
   // q is loop-invariant for the dot: packed once per grid step; y, left in place, is packed by
   // the dot.
-  EXPECT_EQ(p.dots[0].a.read, plan::DotRead::Packed);
-  EXPECT_EQ(p.dots[0].b.read, plan::DotRead::PackInGroup);
+  EXPECT_EQ(p.gemms[0].a.read, cpu::DotRead::Packed);
+  EXPECT_EQ(p.gemms[0].b.read, cpu::DotRead::PackInGroup);
   check_all_configs(k, {x, y}, product(x, y, 1, 70, 33, 90), 1e-5);
 }
 
@@ -374,7 +403,7 @@ TEST(DotPlan, BFloat16PairsWhereTheCpuMultipliesThem) {
     auto sp = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu");
     config::Config c = config::Config::parse(R"({"inner_t2_arg0": "stream", "inner_t2_arg1": "resident"})");
     plan::Plan p = driver::lower(sp, sp.space.complete(c));
-    ASSERT_TRUE(p.dots[0].bf16_pairs);
+    ASSERT_TRUE(cpu::refine(p).gemms[0].bf16_pairs);
     EXPECT_NE(backends::get("cpu").emit(p).find("pack_b_pairs"), std::string::npos);
     for (bool small : {false, true}) {
       config::Config ci = c;

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/cpu/codegen.h"
+#include "backends/cpu/refine.h"
 #include "deuteron/deuteron.h"
 #include "driver/driver.h"
 
@@ -340,7 +341,7 @@ TEST(Language, GeneratedCodeIsStableAndNamed) {
   auto emit = [&] {
     auto s = driver::specialize(row_stats, frontend::describe_args(row_stats, {x}), "cpu");
     auto p = driver::lower(s, s.space.default_config());
-    return std::make_pair(cpu::generate(p), p.config.dump());
+    return std::make_pair(cpu::generate(cpu::refine(p)), p.config.dump());
   };
   auto [a, cfg] = emit();
   auto [b, cfg2] = emit();

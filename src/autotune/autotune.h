@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -104,6 +105,8 @@ TuneResult tune(const driver::Specialized& s, const TuneOptions& options = {});
 // says why on stderr and returns the default config.
 driver::Choice choose(const driver::Specialized& s, const std::string& effort);
 
+// The config the cache holds for s, if any; never tunes.
+std::optional<config::Config> cached(const driver::Specialized& s);
 // Whether the tuner can time kernels on `target` (it has a harness for it).
 bool can_tune(const std::string& target);
 

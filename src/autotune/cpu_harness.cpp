@@ -14,6 +14,7 @@
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/compiler.h"
 #include "backends/cpu/hardware.h"
+#include "backends/cpu/refine.h"
 #include "deuteron/error.h"
 #include "runtime/disk_cache.h"
 #include "runtime/process.h"
@@ -38,7 +39,7 @@ class CpuHarness : public Harness {
     fs::path so = fs::path(exe->source_path).replace_extension(".so");
     Prepared out;
     out.kernel_line = fmt::format("kernel {} {} {} {}", (p.fast_memory_bytes + 63) / 64 * 64,
-                                  std::max(p.threads, 1), cpu::entry_name(p), so.string());
+                                  std::max(threads(p), 1), cpu::entry_name(p), so.string());
     out.compiled = exe->compiled;
     out.compile_seconds = exe->compile_seconds;
     return out;
@@ -85,9 +86,11 @@ class CpuHarness : public Harness {
     return {exe.string()};
   }
 
+  int threads(const plan::Plan& p) const override { return cpu::refine(p).threads; }
+
   std::string hardware_fingerprint(const driver::Specialized& s) const override {
     const cpu::CpuInfo& info = cpu::cpu_info();
-    config::TargetLimits l = s.backend->limits();
+    const config::TargetLimits& l = s.limits;
     return fmt::format("cpu {} | {} | cores {} | fast memory {}", info.model_name, info.features_key,
                        l.cores, l.fast_memory_bytes);
   }

@@ -32,6 +32,8 @@ class Harness {
   virtual Prepared compile(const driver::Specialized& s, const plan::Plan& p) const = 0;
   // The runner's command line (built into the cache on first use; throws CompileError).
   virtual std::vector<std::string> runner_command() = 0;
+  // Cores a candidate keeps busy while it runs (the tuner pauses compiles that would share them).
+  virtual int threads(const plan::Plan& p) const = 0;
   // The hardware the timings are valid for (part of the cache key).
   virtual std::string hardware_fingerprint(const driver::Specialized& s) const = 0;
 };

@@ -603,7 +603,7 @@ void Tuner::handle_runner_output() {
     in >> word;
     if (word == "ready") {
       // Runs next: stop the compilers that would share the candidate's cores.
-      int threads = r.retime ? jobs_ : std::max(evals_[size_t(r.evals[0])].plan.threads, 1);
+      int threads = r.retime ? jobs_ : std::max(harness_.threads(evals_[size_t(r.evals[0])].plan), 1);
       pause_compiles(std::max(0, cores() - threads));
       r.ready = true;
       proc::write_all(r.sp.io, "go\n");
@@ -1129,6 +1129,13 @@ TuneResult tune(const driver::Specialized& s, const TuneOptions& options) {
     g_memory[key.id()] = e;
   }
   return r;
+}
+
+std::optional<config::Config> cached(const driver::Specialized& s) {
+  if (!can_tune(s.backend->name())) return std::nullopt;
+  std::unique_ptr<Harness> harness = harness_for(s.backend->name());
+  if (auto e = lookup(make_key(s, harness->hardware_fingerprint(s)), s)) return e->config;
+  return std::nullopt;
 }
 
 driver::Choice choose(const driver::Specialized& s, const std::string& effort) {

@@ -28,8 +28,22 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual config::TargetLimits limits() const = 0;
-  // Checks rules of this target that the plan must satisfy; throws ConfigError.
-  virtual void check(const plan::Plan& p) const { (void)p; }
+  // Adds this target's own tunables to a kernel's space and sets defaults that suit it.
+  virtual void extend_space(const ir::Kernel& k, const config::TargetLimits& limits,
+                            config::ConfigSpace& space) const {
+    (void)k;
+    (void)limits;
+    (void)space;
+  }
+  // Applies this target's rules to a lowered plan (block alignment, its fast-memory model):
+  // records what the plan needs of fast memory, and throws ConfigError when it breaks a rule
+  // or does not fit `limits`.
+  virtual void refine(plan::Plan& p, const config::TargetLimits& limits) const = 0;
+  // What this target decided beyond the neutral plan, for `deuteron emit --plan`.
+  virtual std::string describe(const plan::Plan& p) const {
+    (void)p;
+    return "";
+  }
   // Makes the space's heuristic default legal for this target (e.g. TPU block alignment).
   virtual config::Config adjust_default(const config::ConfigSpace& space, const config::Config& c,
                                         const ir::Kernel& k) const {

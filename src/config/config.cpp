@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "config/keys.h"
 #include "deuteron/error.h"
 
 namespace deuteron::config {
@@ -188,7 +189,7 @@ ConfigSpace ConfigSpace::derive(const ir::Kernel& k, const TargetLimits& limits)
 
   if (grid.axes.size() > 1) {
     Tunable t;
-    t.name = "grid_order";
+    t.name = keys::kGridOrder;
     t.help = "order of the grid axes, fastest-varying last";
     std::vector<int> perm(grid.axes.size());
     std::iota(perm.begin(), perm.end(), 0);
@@ -196,50 +197,6 @@ ConfigSpace ConfigSpace::derive(const ir::Kernel& k, const TargetLimits& limits)
     while (std::next_permutation(perm.begin(), perm.end()));
     d[t.name] = t.values.front();
     s.tunables_.push_back(t);
-  }
-
-  if (!dots.empty() && grid.axes.size() > 1) {
-    Tunable t;
-    t.name = "grid_group";
-    t.kind = Tunable::Kind::Count;
-    t.help = "grid traversal: blocks of the second-fastest grid axis visited before the fastest "
-             "one steps (1 = row-major; more keeps a block of the operand shared along it in cache)";
-    t.values = {1, 2, 4, 8};
-    d[t.name] = 1;
-    s.tunables_.push_back(t);
-  }
-  // Epilogue sub-tiling: the ops after a dot's loop run over sub-tiles of its N block, when that
-  // N dim is a grid tile and nothing after the loop reduces over it.
-  for (const ir::Op* op : dots) {
-    int n = k.value(op->result).dims.back();
-    if (n == ir::kOne || k.axes[size_t(n)].kind != ir::AxisKind::Tile ||
-        std::find(grid.axes.begin(), grid.axes.end(), n) == grid.axes.end())
-      continue;
-    int dot_loop = -1;
-    for (size_t l = 0; l < k.loops.size(); ++l)
-      for (const ir::Stmt& st : k.loops[l].body)
-        if (st.kind == ir::Stmt::Kind::Op && &k.ops[size_t(st.id)] == op) dot_loop = int(l);
-    if (dot_loop < 0 || k.loops[size_t(dot_loop)].grid || k.loops[size_t(dot_loop)].parent < 0 ||
-        !k.loops[size_t(k.loops[size_t(dot_loop)].parent)].grid)
-      continue;
-    bool legal = true, after = false;
-    for (const ir::Stmt& st : grid.body) {
-      if (st.kind == ir::Stmt::Kind::Loop) {
-        after = after || st.id == dot_loop;
-        continue;
-      }
-      const ir::Op& o = k.ops[size_t(st.id)];
-      if (after && o.kind == ir::OpKind::Reduce && k.value(o.inputs[0]).dims[size_t(o.dim)] == n) legal = false;
-    }
-    if (!legal || !after) continue;
-    Tunable t;
-    t.name = "epilogue_subtiles";
-    t.kind = Tunable::Kind::Count;
-    t.help = "the ops after the dot's loop run over this many sub-tiles of its N block";
-    t.values = {1, 2, 4};
-    d[t.name] = 1;
-    s.tunables_.push_back(t);
-    break;
   }
 
   // Inner (device) loops that read tensors: how their operand blocks reach fast memory.
@@ -252,77 +209,32 @@ ConfigSpace ConfigSpace::derive(const ir::Kernel& k, const TargetLimits& limits)
     if (!reads) continue;
     std::string axis = k.axes[size_t(loop.axes.front())].name;
     Tunable strat;
-    strat.name = "inner_" + axis;
+    strat.name = keys::inner_loop(axis);
     strat.help = "operand blocks of this loop: in_place (read where they are), stream (stage "
                  "each block into scratch), resident (stage the whole loop's extent once)";
-    strat.values = {"in_place", "stream", "resident"};
-    d[strat.name] = "in_place";
+    strat.values = {keys::kInPlace, keys::kStream, keys::kResident};
+    d[strat.name] = keys::kInPlace;
     s.tunables_.push_back(strat);
     Tunable buf;
-    buf.name = "buffers_" + axis;
+    buf.name = keys::buffers(axis);
     buf.kind = Tunable::Kind::Count;
     buf.help = "stream: blocks staged ahead (1 = no prefetch, 2 = double buffering)";
     buf.values = {1, 2, 3};
     d[buf.name] = 2;
     s.tunables_.push_back(buf);
-    // Each tensor a dot reads in this loop may take its own strategy. Defaults: a B operand
-    // resident (packed once per grid step, kept while its grid block repeats) while that fits
-    // half the fast memory, else read in place when it is f32 with contiguous rows (not 4 KiB
-    // apart), else streamed; an A operand in place when f32 (the micro-kernel broadcasts it
-    // from any layout), else streamed (packed and widened block by block).
-    std::vector<std::string> seen;
-    int64_t resident_bytes = 0;
-    auto block_of = [&](int axis) -> int64_t {
-      if (axis == ir::kOne) return 1;
-      const ir::Axis& ax = k.axes[size_t(axis)];
-      if (ax.kind != ir::AxisKind::Tile) return ax.extent;
-      const ir::BlockParam& bp = k.block_params[size_t(ax.block_param)];
-      return bp.fixed ? bp.fixed : d[bp.name].get<int64_t>();
-    };
-    for (const ir::Op* op : dots)
-      for (int r = 0; r < 2; ++r) {
-        ir::ValueId src = ir::dot_operand_source(k, op->inputs[size_t(r)]);
-        int def = k.value(src).def_op;
-        if (def < 0 || k.ops[size_t(def)].kind != ir::OpKind::Load) continue;
-        bool here = false;
-        for (const ir::Stmt& st : loop.body) here = here || (st.kind == ir::Stmt::Kind::Op && st.id == def);
-        std::string name = "inner_" + axis + "_" + k.tensors[size_t(k.ops[size_t(def)].tensor)].name;
-        if (!here || std::find(seen.begin(), seen.end(), name) != seen.end()) continue;
-        seen.push_back(name);
+    // Each tensor a dot reads in this loop may take its own strategy; by default it follows the
+    // loop's, and a target may choose better defaults (the cpu target does, for its
+    // micro-kernel).
+    for (const OperandTunable& o : operand_tunables(k))
+      if (o.loop == int(l)) {
         Tunable own;
-        own.name = name;
-        own.help = fmt::format("operand {} of a dot in this loop: loop (as inner_{}), in_place, stream or "
-                               "resident (packed for the micro-kernel when staged)",
-                               r == 0 ? "a" : "b", axis);
-        own.values = {"loop", "in_place", "stream", "resident"};
-        const ir::Op& load = k.ops[size_t(def)];
-        const auto& vd = k.value(op->inputs[size_t(r)]).dims;
-        bool f32 = k.tensors[size_t(load.tensor)].dtype == DType::f32;
-        // In place needs contiguous rows, and rows that do not all land in the same L1 sets (a
-        // row stride that is a multiple of 4 KiB would evict the panel as it is read).
-        bool unit_cols = false;
-        int64_t row_stride = 0;
-        for (size_t i = 0; i < load.index.size(); ++i) {
-          if (load.index[i].kind != ir::Index::Kind::Axis) continue;
-          if (load.index[i].axis == vd.back()) unit_cols = k.tensors[size_t(load.tensor)].strides[i] == 1;
-          if (load.index[i].axis == vd[vd.size() - 2]) row_stride = k.tensors[size_t(load.tensor)].strides[i];
-        }
-        bool aliased = r == 1 && unit_cols && row_stride * 4 % 4096 == 0;
-        int64_t bytes = 4;
-        for (size_t i = 0; i < vd.size(); ++i) {
-          int64_t e = vd[i] == loop.axes.front() ? k.axes[size_t(vd[i])].extent : block_of(vd[i]);
-          if (i + 1 == vd.size() && r == 1) e = (e + 63) / 64 * 64;
-          if (i + 2 == vd.size() && r == 0) e = (e + 5) / 6 * 6;
-          bytes *= e;
-        }
-        std::string how = "in_place";  // read in place, or packed by the dot where it must be
-        if (r == 1 && resident_bytes + bytes <= limits.fast_memory_bytes / 2) {
-          how = "resident";
-          resident_bytes += bytes;
-        } else if (r == 0 ? !f32 : (f32 && aliased)) {
-          how = "stream";  // packed ahead: bf16 A, or contiguous B rows 4 KiB apart
-        }
-        d[own.name] = how;
+        own.name = o.name;
+        own.follows = strat.name;
+        own.help = fmt::format("operand {} of a dot in this loop: {} (as {}), {}, {} or {}",
+                               o.operand == 0 ? "a" : "b", keys::kFollowLoop, strat.name, keys::kInPlace,
+                               keys::kStream, keys::kResident);
+        own.values = {keys::kFollowLoop, keys::kInPlace, keys::kStream, keys::kResident};
+        d[own.name] = keys::kFollowLoop;
         s.tunables_.push_back(own);
       }
   }
@@ -336,24 +248,9 @@ ConfigSpace ConfigSpace::derive(const ir::Kernel& k, const TargetLimits& limits)
       for (size_t i = 0; i < grid.axes.size(); ++i)
         if (grid.axes[i] != m) perm.push_back(int(i));
       perm.push_back(int(it - grid.axes.begin()));
-      d["grid_order"] = perm;
+      d[keys::kGridOrder] = perm;
     }
   }
-
-  Tunable threads;
-  threads.name = "num_threads";
-  threads.kind = Tunable::Kind::Count;
-  threads.help = "threads running the grid in parallel";
-  for (int c = 1; c <= std::max(limits.cores, 1); ++c) threads.values.push_back(c);
-  // Small problems run on one thread: waking a team costs more than they take.
-  int64_t per_block = row;  // elements one grid point touches: whole dims or inner loops
-  for (const ir::Loop& l : k.loops)
-    if (!l.grid)
-      for (int a : l.axes) per_block = std::max(per_block, k.axes[size_t(a)].extent);
-  int64_t work = per_block;
-  for (int a : grid.axes) work *= std::max<int64_t>(k.axes[size_t(a)].extent, 1);
-  d[threads.name] = work < (int64_t(1) << 17) ? 1 : std::max(limits.cores, 1);
-  s.tunables_.push_back(threads);
 
   s.default_ = Config(d);
   return s;
@@ -379,6 +276,46 @@ Config ConfigSpace::complete(const Config& c) const {
                         "", fmt::format("legal values: {}", fmt::join(legal, ", ")));
     }
     out.set(name, value);
+  }
+  // A loop-level choice applies to every operand of the loop the caller did not set itself.
+  for (const Tunable& t : tunables_)
+    if (!t.follows.empty() && c.has(t.follows) && !c.has(t.name)) out.set(t.name, keys::kFollowLoop);
+  return out;
+}
+
+void ConfigSpace::add(Tunable t, Json default_value) {
+  default_.set(t.name, std::move(default_value));
+  tunables_.push_back(std::move(t));
+}
+
+void ConfigSpace::set_default_value(const std::string& name, Json value) {
+  if (!find(name)) throw ConfigError(fmt::format("the config space has no tunable '{}'", name));
+  default_.set(name, std::move(value));
+}
+
+const Tunable* ConfigSpace::find(const std::string& name) const {
+  for (const Tunable& t : tunables_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+std::vector<OperandTunable> operand_tunables(const ir::Kernel& k) {
+  std::vector<OperandTunable> out;
+  std::vector<int> loop_of = ir::loop_of_ops(k);
+  for (size_t l = 0; l < k.loops.size(); ++l) {
+    if (k.loops[l].grid) continue;
+    const std::string& axis = k.axes[size_t(k.loops[l].axes.front())].name;
+    for (size_t o = 0; o < k.ops.size(); ++o) {
+      const ir::Op& op = k.ops[o];
+      if (op.kind != ir::OpKind::Dot) continue;
+      for (int r = 0; r < 2; ++r) {
+        int def = k.value(ir::dot_operand_source(k, op.inputs[size_t(r)])).def_op;
+        if (def < 0 || k.ops[size_t(def)].kind != ir::OpKind::Load || loop_of[size_t(def)] != int(l)) continue;
+        std::string name = keys::operand(axis, k.tensors[size_t(k.ops[size_t(def)].tensor)].name);
+        bool seen = std::any_of(out.begin(), out.end(), [&](const OperandTunable& t) { return t.name == name; });
+        if (!seen) out.push_back({name, int(l), int(o), r, def});
+      }
+    }
   }
   return out;
 }

@@ -28,7 +28,20 @@ struct Tunable {
   Kind kind = Kind::Choice;
   std::vector<Json> values;
   std::string help;  // what it controls, for `deuteron tune --help-space` and logs
+  // A per-operand choice that defers to this loop-level tunable: a config that sets the
+  // loop-level one but not this one gets keys::kFollowLoop here.
+  std::string follows;
 };
+
+// A tensor read by a dot inside an inner loop, which may take its own strategy.
+struct OperandTunable {
+  std::string name;  // keys::operand(loop axis, tensor)
+  int loop = -1;
+  int dot = -1;      // the dot op
+  int operand = 0;   // 0 = a, 1 = b
+  int load = -1;     // the load op
+};
+std::vector<OperandTunable> operand_tunables(const ir::Kernel& k);
 
 class Config {
  public:
@@ -68,6 +81,10 @@ class ConfigSpace {
   Config default_config() const { return default_; }
   // Replaces the default (the driver shrinks it when the target's plan says it does not fit).
   void set_default(const Config& c);
+  // For targets extending the space with their own tunables (Backend::extend_space).
+  void add(Tunable t, Json default_value);
+  void set_default_value(const std::string& name, Json value);
+  const Tunable* find(const std::string& name) const;
   // Checks names and values; a missing tunable takes its default. Throws ConfigError naming
   // the tunable, the bad value and the legal ones.
   Config complete(const Config& c) const;

@@ -57,12 +57,13 @@ void fit_default(Specialized& s) {
 void set_tune_hook(TuneHook hook) { tune_hook() = std::move(hook); }
 
 Specialized specialize(const KernelBase& k, const std::vector<frontend::ArgSpec>& args,
-                       const std::string& target) {
+                       const std::string& target, std::optional<config::TargetLimits> limits) {
   Specialized s;
   s.kernel = &k;
   s.args = args;
   s.key = frontend::specialization_key(args);
   s.backend = &backends::get(target);
+  s.limits = limits ? *limits : s.backend->limits();
   try {
     s.ir = frontend::trace(k, args);
   } catch (const KernelError& e) {
@@ -75,7 +76,8 @@ Specialized specialize(const KernelBase& k, const std::vector<frontend::ArgSpec>
                       e.where(), e.hint());
   }
   passes::run_all(s.ir);
-  s.space = config::ConfigSpace::derive(s.ir, s.backend->limits());
+  s.space = config::ConfigSpace::derive(s.ir, s.limits);
+  s.backend->extend_space(s.ir, s.limits, s.space);
   fit_default(s);
   return s;
 }
@@ -112,8 +114,8 @@ Choice choose_config(const Specialized& s) {
 
 plan::Plan lower(const Specialized& s, const config::Config& c) {
   try {
-    plan::Plan p = plan::lower(s.ir, s.space.complete(c), s.backend->limits(), s.backend->name());
-    s.backend->check(p);
+    plan::Plan p = plan::lower(s.ir, s.space.complete(c), s.backend->name());
+    s.backend->refine(p, s.limits);
     return p;
   } catch (const ConfigError& e) {
     rethrow_for(s, e, "");

@@ -26,10 +26,13 @@ struct Specialized {
   ir::Kernel ir;  // after the passes
   config::ConfigSpace space;
   const backends::Backend* backend = nullptr;
+  config::TargetLimits limits;  // the target's, unless the caller pinned them
 };
 
+// `limits` pins the target's cores and fast memory (tests that check plan decisions pin the
+// budget they assume); by default the target reads them from its hardware.
 Specialized specialize(const KernelBase& k, const std::vector<frontend::ArgSpec>& args,
-                       const std::string& target);
+                       const std::string& target, std::optional<config::TargetLimits> limits = std::nullopt);
 
 // Where a config came from.
 struct Choice {

@@ -86,6 +86,40 @@ const Loop& Kernel::grid_loop() const {
   throw std::logic_error("kernel has no grid loop");
 }
 
+int Kernel::grid_loop_id() const { return int(&grid_loop() - loops.data()); }
+
+const Op* Kernel::def(ValueId v) const {
+  int d = value(v).def_op;
+  return d < 0 ? nullptr : &ops.at(size_t(d));
+}
+
+ValueId strip_views(const Kernel& k, ValueId v) {
+  while (v >= 0 && k.def(v) && k.def(v)->kind == OpKind::View) v = k.def(v)->inputs[0];
+  return v;
+}
+
+namespace {
+void walk_body(const Kernel& k, const std::vector<Stmt>& body, int loop,
+               const std::function<void(const Stmt&, int)>& visit) {
+  for (const Stmt& s : body) {
+    visit(s, loop);
+    if (s.kind == Stmt::Kind::Loop) walk_body(k, k.loop(s.id).body, s.id, visit);
+  }
+}
+}  // namespace
+
+void walk(const Kernel& k, const std::function<void(const Stmt& s, int loop)>& visit) {
+  walk_body(k, k.top, -1, visit);
+}
+
+std::vector<int> loop_of_ops(const Kernel& k) {
+  std::vector<int> out(k.ops.size(), -1);
+  walk(k, [&](const Stmt& s, int loop) {
+    if (s.kind == Stmt::Kind::Op) out[size_t(s.id)] = loop;
+  });
+  return out;
+}
+
 ValueId dot_operand_source(const Kernel& k, ValueId v, std::vector<ValueId>* path) {
   for (;;) {
     if (path) path->push_back(v);
@@ -228,32 +262,131 @@ std::string print(const Kernel& k) {
   return out;
 }
 
-namespace {
-void count_uses(const Kernel& k, const std::vector<Stmt>& body, std::vector<int>& uses) {
-  for (const Stmt& s : body) {
-    if (s.kind == Stmt::Kind::Loop) {
-      const Loop& l = k.loops[size_t(s.id)];
-      for (const auto& b : l.begin)
-        if (b.value >= 0) ++uses[size_t(b.value)];
-      for (const auto& b : l.end)
-        if (b.value >= 0) ++uses[size_t(b.value)];
-      for (const auto& c : l.carried) {
-        ++uses[size_t(c.init)];
-        ++uses[size_t(c.next)];
-      }
-      count_uses(k, l.body, uses);
-      continue;
+std::vector<int> use_counts(const Kernel& k) {
+  std::vector<int> uses(k.values.size(), 0);
+  walk(k, [&](const Stmt& s, int) {
+    if (s.kind == Stmt::Kind::Op) {
+      for (ValueId v : k.op(s.id).inputs) ++uses[size_t(v)];
+      return;
     }
-    for (ValueId v : k.ops[size_t(s.id)].inputs) ++uses[size_t(v)];
-  }
+    const Loop& l = k.loop(s.id);
+    for (const auto* bounds : {&l.begin, &l.end})
+      for (const Bound& b : *bounds)
+        if (b.value >= 0) ++uses[size_t(b.value)];
+    for (const Carried& c : l.carried) {
+      ++uses[size_t(c.init)];
+      ++uses[size_t(c.next)];
+    }
+  });
+  return uses;
 }
+
+namespace {
+
+class Verifier {
+ public:
+  explicit Verifier(const Kernel& k) : k(k), defined(k.values.size(), false), placed(k.ops.size(), false) {}
+
+  void run() {
+    for (size_t v = 0; v < k.values.size(); ++v) {
+      const Value& val = k.values[v];
+      if (val.def_op >= int(k.ops.size())) fail("value %{} names op {} as its definition", v, val.def_op);
+      if (val.def_op >= 0 && k.ops[size_t(val.def_op)].result != ValueId(v))
+        fail("value %{} names op {}, which defines %{}", v, val.def_op, k.ops[size_t(val.def_op)].result);
+      for (int d : val.dims)
+        if (d != kOne && (d < 0 || d >= int(k.axes.size()))) fail("value %{} has dim {}, not an axis", v, d);
+    }
+    for (const Axis& ax : k.axes)
+      if ((ax.kind != AxisKind::Fixed && (ax.block_param < 0 || ax.block_param >= int(k.block_params.size()))) ||
+          (ax.kind == AxisKind::Tile && (ax.loop < 0 || ax.loop >= int(k.loops.size()))))
+        fail("axis {} names a block param or loop that does not exist", ax.name);
+    int grids = 0;
+    for (const Stmt& s : k.top) {
+      if (s.kind != Stmt::Kind::Loop) fail("op {} stands outside every loop", s.id);
+      ++grids;
+    }
+    if (grids != 1) fail("the kernel has {} top-level loops, not one grid loop", grids);
+    body(k.top, -1);
+  }
+
+ private:
+  template <typename... A>
+  [[noreturn]] void fail(fmt::format_string<A...> f, A&&... a) {
+    throw std::logic_error(fmt::format("invalid IR for kernel '{}': {}", k.name, fmt::format(f, std::forward<A>(a)...)));
+  }
+
+  void use(ValueId v, const char* what, int id) {
+    if (v < 0 || v >= int(k.values.size())) fail("{} {} uses value %{}, which does not exist", what, id, v);
+    if (!defined[size_t(v)]) fail("{} {} uses %{} before it is defined", what, id, v);
+  }
+
+  void define(ValueId v) {
+    if (v < 0 || v >= int(k.values.size())) fail("a definition of %{}, which does not exist", v);
+    if (defined[size_t(v)]) fail("%{} is defined twice", v);
+    defined[size_t(v)] = true;
+  }
+
+  void body(const std::vector<Stmt>& stmts, int parent) {
+    for (const Stmt& s : stmts) {
+      if (s.kind == Stmt::Kind::Loop) {
+        loop(s.id, parent);
+        continue;
+      }
+      if (s.id < 0 || s.id >= int(k.ops.size())) fail("loop {} holds op {}, which does not exist", parent, s.id);
+      if (placed[size_t(s.id)]) fail("op {} stands in two places", s.id);
+      placed[size_t(s.id)] = true;
+      op(s.id);
+    }
+  }
+
+  void loop(int id, int parent) {
+    if (id < 0 || id >= int(k.loops.size())) fail("loop {} does not exist", id);
+    const Loop& l = k.loop(id);
+    if (l.parent != parent) fail("loop {} names {} as its parent but stands in {}", id, l.parent, parent);
+    if (l.grid != (parent < 0)) fail("loop {} is {}a grid loop at depth {}", id, l.grid ? "" : "not ", parent < 0 ? 0 : 1);
+    if (l.axes.empty() || l.begin.size() != l.axes.size() || l.end.size() != l.axes.size())
+      fail("loop {} has {} axes, {} begins and {} ends", id, l.axes.size(), l.begin.size(), l.end.size());
+    for (int a : l.axes)
+      if (a < 0 || a >= int(k.axes.size()) || k.axis(a).loop != id) fail("loop {} tiles axis {}, which is not its own", id, a);
+    for (const auto* bounds : {&l.begin, &l.end})
+      for (const Bound& b : *bounds)
+        if (b.value >= 0) use(b.value, "the bounds of loop", id);
+    for (const Carried& c : l.carried) {
+      use(c.init, "loop", id);
+      define(c.phi);
+    }
+    body(l.body, id);
+    for (const Carried& c : l.carried) {
+      use(c.next, "loop", id);
+      define(c.result);
+    }
+  }
+
+  void op(int id) {
+    const Op& o = k.op(id);
+    for (ValueId v : o.inputs) use(v, "op", id);
+    if (o.kind == OpKind::Load || o.kind == OpKind::Store) {
+      if (o.tensor < 0 || o.tensor >= int(k.tensors.size())) fail("op {} accesses tensor {}, which does not exist", id, o.tensor);
+      if (o.index.size() != k.tensors[size_t(o.tensor)].shape.size())
+        fail("op {} indexes {} dims of {}, which has {}", id, o.index.size(), k.tensors[size_t(o.tensor)].name,
+             k.tensors[size_t(o.tensor)].shape.size());
+      for (const Index& e : o.index) {
+        if (e.kind == Index::Kind::Axis && (e.axis < 0 || e.axis >= int(k.axes.size())))
+          fail("op {} indexes with axis {}, which does not exist", id, e.axis);
+        if (e.kind != Index::Kind::Axis && e.value >= 0) use(e.value, "the index of op", id);
+        if (e.kind == Index::Kind::Gather && e.value < 0) fail("op {} gathers without an index value", id);
+      }
+    }
+    if ((o.kind == OpKind::Store) != (o.result < 0)) fail("op {} ({}) has result %{}", id, name(o.kind), o.result);
+    if (o.result >= 0) define(o.result);
+  }
+
+  const Kernel& k;
+  std::vector<bool> defined, placed;
+};
 
 }  // namespace
 
-std::vector<int> use_counts(const Kernel& k) {
-  std::vector<int> uses(k.values.size(), 0);
-  count_uses(k, k.top, uses);
-  return uses;
-}
+void verify(const Kernel& k) { Verifier(k).run(); }
 
 }  // namespace deuteron::ir

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <source_location>
 #include <string>
@@ -182,9 +183,27 @@ struct Kernel {
   std::source_location loc;  // where the kernel was defined
 
   const Value& value(ValueId v) const { return values.at(size_t(v)); }
+  const Op& op(int id) const { return ops.at(size_t(id)); }
+  const Loop& loop(int id) const { return loops.at(size_t(id)); }
+  const Axis& axis(int id) const { return axes.at(size_t(id)); }
+  // The op defining v, or nullptr for loop-defined values (phis, loop results).
+  const Op* def(ValueId v) const;
   // The grid loop (the kernel's single top-level loop).
   const Loop& grid_loop() const;
+  int grid_loop_id() const;
 };
+
+// ---- helpers every layer uses -----------------------------------------------------------------
+
+// The value holding v's data, past views (unsqueeze, expand, permute, ...).
+ValueId strip_views(const Kernel& k, ValueId v);
+
+// Per op: the loop whose body holds it, or -1 (dead ops).
+std::vector<int> loop_of_ops(const Kernel& k);
+
+// Visits every statement reachable from the kernel's top level in program order, a loop before
+// its body; `loop` is the enclosing loop (-1 at the top).
+void walk(const Kernel& k, const std::function<void(const Stmt& s, int loop)>& visit);
 
 // The data behind a dot operand: follows views and widening casts (to f32, or to the same
 // dtype) from `v`. `path` (if given) receives every value passed, `v` first, the result last.
@@ -198,5 +217,9 @@ std::vector<int> use_counts(const Kernel& k);
 std::string dim_name(const Kernel& k, int dim);
 // Human-readable IR (`deuteron emit KERNEL --ir`).
 std::string print(const Kernel& k);
+
+// Checks the IR's invariants (ids in range, values defined before use, dims naming real axes,
+// loop nesting); throws std::logic_error naming the broken one. A failure is a compiler bug.
+void verify(const Kernel& k);
 
 }  // namespace deuteron::ir

@@ -102,10 +102,12 @@ void check_legality(ir::Kernel& k) {
 }
 
 void run_all(ir::Kernel& k) {
+  ir::verify(k);
   eliminate_dead_code(k);
   fuse_dot_accumulate(k);
   eliminate_dead_code(k);
   check_legality(k);
+  ir::verify(k);
 }
 
 }  // namespace deuteron::passes

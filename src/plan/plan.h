@@ -1,10 +1,12 @@
 // The lowered plan: IR + config, made concrete and backend-neutral. Every target consumes it.
 //
-// It fixes the grid (axes, order, number of blocks), the block shape of every axis, for every
-// tensor access a block spec (shape, index map, where the block lives), each inner loop's
-// strategy, the fusion groups of each loop body (ops that run as one loop nest over the same
-// block dims), which values must live in fast memory between groups, and the fast memory
-// all that needs, checked against the target's budget.
+// It fixes the grid (axes, order, number of blocks), the block shape of every axis and whether
+// its last block is partial, for every tensor access a block spec (shape, a structured index
+// map, where the block lives and how many buffers it takes), each inner loop's strategy, each
+// loop-carried value, each reduction (persistent or looped), each block product, the fusion
+// groups of each loop body (ops that run as one loop nest over the same block dims), and which
+// values live in fast memory between groups. What it costs in bytes, and whether that fits, is
+// the target's to say (Backend::refine): a TPU and a CPU size the same block differently.
 #pragma once
 
 #include <cstdint>
@@ -23,22 +25,43 @@ enum class Placement {
 };
 const char* name(Placement p);
 
+// How one tensor dim of an access is addressed.
+struct IndexTerm {
+  enum class Kind {
+    Block,     // block `i` of loop axis `axis`: elements [begin + i*block, ...) (+ offset)
+    Whole,     // the whole extent of a whole-dim or fixed axis, from element `offset`
+    Looped,    // a whole dim reduced in blocks of `block` (a looped reduction's axis)
+    Constant,  // the single element `constant` (no block dim)
+    Scalar,    // the single element given by the device value `value` (no block dim)
+    Gather,    // elements given by a block of indices `value`
+  };
+  Kind kind = Kind::Block;
+  int axis = -1;       // Block, Whole, Looped
+  int loop = -1;       // Block: the loop whose index drives it
+  bool grid = false;   // Block: that loop is the grid
+  int64_t begin = 0;   // Block: the loop's first element (a constant bound)
+  int64_t offset = 0;  // Block, Whole: added to the element index (slices start:stop)
+  int64_t constant = 0;
+  ir::ValueId value = -1;
+  // Scalar: the grid axis whose block begin the value is (hl::grid indices), else -1.
+  int grid_axis = -1;
+  bool operator==(const IndexTerm&) const = default;
+};
+
 // One tensor access (a Load or Store op).
 struct BlockSpec {
   int op = -1;
   int tensor = -1;
+  bool store = false;
   int loop = -1;  // the loop whose body holds the access
-  std::vector<int64_t> block_shape;  // per tensor dim (1 for scalar indices)
-  std::vector<std::string> index_map;  // per tensor dim: how the loop indices pick the block
+  std::vector<int64_t> block_shape;  // per tensor dim (1 for a single element)
+  std::vector<IndexTerm> index_map;  // per tensor dim
+  // The first spec with the same tensor, direction, loop, block shape and index map (this
+  // one's index when it is the first): targets that pass operands once de-duplicate by it.
+  int first = -1;
   Placement placement = Placement::InPlace;
   int buffers = 1;
-  int64_t fast_bytes = 0;  // fast memory this access needs (0 in place)
-  // Staged or resident as an operand of a dot (op `dot`, operand 0 = a, 1 = b): the copy is
-  // made in the micro-kernel's packed layout (A: MR-row panels, B: NR-column panels), one
-  // packed slab per block (resident: one per block of the loop's extent).
-  int dot = -1;
-  int dot_operand = -1;
-  int64_t slab_elements = 0;  // packed floats per block (all batch dims of the operand)
+  int64_t elements = 0;  // elements of one buffer in fast memory (0 in place)
   // reuse: a resident copy (or a staged copy in the grid loop) is skipped when the grid block
   // indices on reuse_axes equal those of the thread's previous grid step: the block is already
   // there (Pallas' rule for a block index that did not change).
@@ -46,23 +69,14 @@ struct BlockSpec {
   std::vector<int> reuse_axes;
 };
 
-// How one operand of a dot reaches the micro-kernel.
-enum class DotRead {
-  InPlace,      // read where it is (a tensor or a value in fast memory), by strides
-  Packed,       // from its packed staged/resident copy (BlockSpec with dot == this op)
-  PackInGroup,  // packed by the dot itself into the dot's scratch each time it runs
-};
-const char* name(DotRead r);
-
+// One operand of a block product.
 struct DotOperand {
   ir::ValueId value = -1;   // the operand as the dot sees it
   ir::ValueId source = -1;  // the value holding the data, past views and widening casts
   int load_op = -1;         // source's Load (a tensor read), or -1 for a value in fast memory
-  DotRead read = DotRead::InPlace;
-  int64_t pack_elements = 0;  // PackInGroup: floats of the dot's packing scratch
 };
 
-struct DotPlan {
+struct Dot {
   int op = -1;
   int loop = -1;  // the loop whose body holds the dot
   DotOperand a, b;
@@ -71,9 +85,20 @@ struct DotPlan {
   ir::ValueId acc_phi = -1;
   // The accumulator operand is an elementwise expression computed by the dot group itself.
   bool acc_inline = false;
-  // Both operands are bf16 tensor reads packed for the micro-kernel: they may stay bf16 (pairs
-  // of K steps for vdpbf16ps where the CPU has it).
-  bool bf16_pairs = false;
+};
+
+// A value updated around a loop; it lives in fast memory for the loop's whole run.
+struct CarriedValue {
+  int loop = -1;
+  ir::ValueId init = -1, phi = -1, next = -1, result = -1;
+  int dot = -1;  // the dot op accumulating into it in place, or -1
+};
+
+struct Reduction {
+  int op = -1;
+  int axis = -1;  // the axis reduced over
+  bool persistent = true;  // the whole dim in one block, else looped in blocks of `block`
+  int64_t block = 0;
 };
 
 // A run of ops executed as one loop nest over `domain` (axes, outermost first).
@@ -101,24 +126,20 @@ struct Plan {
   config::Config config;
   std::vector<int64_t> block;  // per axis: block size (1 for grid() axes, extent for fixed)
   std::vector<bool> persistent;  // per axis: a whole dimension handled in one block
+  std::vector<bool> partial;  // per axis: the last block is partial (ragged edge: masked)
   std::vector<int> grid_axes;  // iteration order, fastest last
   std::vector<int64_t> grid_blocks;  // blocks along each of grid_axes
   std::vector<BlockSpec> operands;
   std::vector<InnerLoop> inner_loops;
-  std::vector<DotPlan> dots;
-  // Grid traversal: consecutive blocks walk `grid_group` blocks of the second-fastest grid
-  // axis before stepping the fastest one (1: plain row-major order over grid_axes).
-  int64_t grid_group = 1;
-  // Groups after a dot's loop that only map over the dot's N axis run in this many sub-tiles
-  // along it (epilogue sub-tiling); 1 = whole blocks.
-  int epilogue_subtiles = 1;
-  int epilogue_axis = -1;
+  std::vector<Dot> dots;
+  std::vector<CarriedValue> carried;
+  std::vector<Reduction> reductions;
   std::vector<std::vector<Item>> bodies;  // per loop: its grouped body
   std::vector<bool> materialized;  // per value: kept in fast memory between groups
   std::vector<bool> recomputed;  // per value: recomputed where used (looped reductions, loads)
-  int64_t fast_memory_bytes = 0;  // per thread
+  // Filled by the target (Backend::refine): what the plan needs of its fast memory, per core.
+  int64_t fast_memory_bytes = 0;
   int64_t fast_memory_budget = 0;
-  int threads = 1;
 
   int64_t grid_size() const;
   // Elements a value's block spans along an axis in fast memory: the block size of a tiled
@@ -128,21 +149,16 @@ struct Plan {
   int64_t block_elements(ir::ValueId v) const;
   // The spec of the access made by op `op`, or nullptr.
   const BlockSpec* spec_for_op(int op) const;
-  const DotPlan* dot_for_op(int op) const;
+  const Dot* dot_for_op(int op) const;
 };
 
-// Padding of the CPU micro-kernel's packed layouts (deuteron_gemm.h): A panels of kDotMR rows,
-// B panels of kDotNR columns (its NR divides this).
-inline constexpr int64_t kDotMR = 6, kDotNR = 64;
-int64_t packed_a_elements(int64_t m, int64_t k);
-int64_t packed_b_elements(int64_t k, int64_t n);
-
-// Lowers the IR with a config (completed against the kernel's space beforehand). Throws
-// ConfigError when the config breaks a rule or needs more fast memory than the budget.
-Plan lower(const ir::Kernel& k, const config::Config& c, const config::TargetLimits& limits,
-           const std::string& target);
+// Lowers the IR with a config (completed against the kernel's space beforehand), through the
+// steps in lower.cpp. Throws ConfigError when the config breaks a rule every target shares.
+// DEUTERON_DUMP_PLAN=1 prints the plan after each step to stderr.
+Plan lower(const ir::Kernel& k, const config::Config& c, const std::string& target);
 
 // Human-readable plan (`deuteron emit KERNEL --plan`).
 std::string print(const Plan& p);
+std::string print(const Plan& p, const IndexTerm& t);
 
 }  // namespace deuteron::plan

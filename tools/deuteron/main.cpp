@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "autotune/autotune.h"
 #include "backends/cpu/compiler.h"
 #include "backends/cpu/hardware.h"
 #include "catalogue.h"
@@ -129,19 +130,33 @@ int cmd_emit(const RunOptions& o, bool ir, bool plan) {
   DType dt = pick_dtype(e, o.dtype);
   auto args = e.inputs(shape, dt, 1);
   auto s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), o.target);
-  std::string kind = ir ? "ir" : plan ? "plan" : "source", text;
+  std::string kind = ir ? "ir" : plan ? "plan" : "source", text, origin = "default";
   config::Config c;
   if (ir) {
     text = ir::print(s.ir) + "config space:\n" + s.space.describe();
   } else {
-    auto cfg = pick_config(o.config);
-    c = cfg ? s.space.complete(*cfg) : driver::choose_config(s).config;
+    // Printing never tunes: the given config, else the pinned or cached one, else the default.
+    c = s.space.default_config();
+    if (auto cfg = pick_config(o.config)) {
+      c = driver::complete(s, *cfg);
+      origin = "given";
+    } else if (!e.kernel->options().config.empty()) {
+      c = driver::choose_config(s).config;
+      origin = "pinned";
+    } else if (auto cached = autotune::cached(s)) {
+      c = *cached;
+      origin = "cache";
+    }
+    if (!o.json)
+      std::cerr << fmt::format("deuteron: {} config{}\n", origin,
+                               origin == "default" ? " (not tuned; `deuteron tune` tunes it)" : "");
     plan::Plan p = driver::lower(s, c);
-    text = plan ? plan::print(p) : s.backend->emit(p);
+    text = plan ? plan::print(p) + s.backend->describe(p) : s.backend->emit(p);
   }
   if (o.json)
     std::cout << Json{{"kernel", e.name}, {"target", o.target}, {"kind", kind}, {"shape", shape},
-                      {"dtype", dtype_name(dt)}, {"config", ir ? Json() : c.to_json()}, {"text", text}}
+                      {"dtype", dtype_name(dt)}, {"config", ir ? Json() : c.to_json()},
+                      {"config_origin", ir ? Json() : Json(origin)}, {"text", text}}
                      .dump()
               << "\n";
   else

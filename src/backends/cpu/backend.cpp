@@ -8,6 +8,8 @@
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/compiler.h"
 #include "backends/cpu/hardware.h"
+#include "backends/cpu/refine.h"
+#include "backends/cpu/space.h"
 #include "deuteron/error.h"
 
 namespace deuteron::cpu {
@@ -64,9 +66,25 @@ config::TargetLimits CpuBackend::limits() const {
   return l;
 }
 
-std::string CpuBackend::emit(const plan::Plan& p) const { return generate(p); }
+void CpuBackend::extend_space(const ir::Kernel& k, const config::TargetLimits& limits,
+                              config::ConfigSpace& space) const {
+  cpu::extend_space(k, limits, space);
+}
 
-std::unique_ptr<backends::Executable> CpuBackend::compile(const plan::Plan& p) const {
+void CpuBackend::refine(plan::Plan& p, const config::TargetLimits& limits) const {
+  CpuPlan c = cpu::refine(p, limits);
+  p.fast_memory_bytes = c.fast_memory_bytes;
+  p.fast_memory_budget = c.fast_memory_budget;
+}
+
+std::string CpuBackend::describe(const plan::Plan& p) const {
+  return cpu::describe(cpu::refine(p));
+}
+
+std::string CpuBackend::emit(const plan::Plan& p) const { return generate(cpu::refine(p)); }
+
+std::unique_ptr<backends::Executable> CpuBackend::compile(const plan::Plan& base) const {
+  CpuPlan p = cpu::refine(base);
   std::string source = generate(p);
   CompileOptions opts;
   std::string dir = runtime_dir();

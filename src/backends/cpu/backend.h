@@ -10,6 +10,11 @@ class CpuBackend : public backends::Backend {
   std::string name() const override { return "cpu"; }
   // Cores, and the per-core L2 as fast memory (DEUTERON_L2_BYTES overrides).
   config::TargetLimits limits() const override;
+  void extend_space(const ir::Kernel& k, const config::TargetLimits& limits,
+                    config::ConfigSpace& space) const override;
+  // The scratch per thread (cpu::refine) against the L2 budget.
+  void refine(plan::Plan& p, const config::TargetLimits& limits) const override;
+  std::string describe(const plan::Plan& p) const override;
   std::string emit(const plan::Plan& p) const override;
   std::unique_ptr<backends::Executable> compile(const plan::Plan& p) const override;
 };

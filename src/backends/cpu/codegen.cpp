@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "backends/cpu/packing.h"
 #include "deuteron/error.h"
 
 namespace deuteron::cpu {
@@ -53,9 +54,26 @@ std::string sanitize(const std::string& s) {
   return out;
 }
 
+// Index arithmetic as a person writes it: no `0 +`, no `+ 0`, no `* 1`.
+std::string plus(const std::string& a, const std::string& b) {
+  if (a == "0") return b;
+  if (b == "0") return a;
+  return a + " + " + b;
+}
+std::string times(const std::string& a, int64_t factor) {
+  if (a == "0" || factor == 0) return "0";
+  if (factor == 1) return a;
+  bool bare = a.find(' ') == std::string::npos;
+  return bare ? fmt::format("{} * {}", a, factor) : fmt::format("({}) * {}", a, factor);
+}
+// `base` advanced by `index` elements.
+std::string at_index(const std::string& base, const std::string& index) {
+  return index == "0" ? base : base + " + " + index;
+}
+
 class Generator {
  public:
-  explicit Generator(const plan::Plan& p) : p_(p), k_(p.kernel), checks_(index_checks(p)) {}
+  explicit Generator(const CpuPlan& p) : p_(p), k_(p.kernel), checks_(index_checks(p)) {}
 
   std::string run() {
     header();
@@ -72,7 +90,7 @@ class Generator {
     ++indent_;
     line("char* const fast = scratch + long(omp_get_thread_num()) * scratch_per_thread;");
     scratch_arrays();
-    if (p_.dots.empty() || p_.threads == 1) {
+    if (p_.gemms.empty() || p_.threads == 1) {
       line("#pragma omp for schedule(static)");
     } else {
       // Block products: chunks of consecutive grid steps (which share resident operand blocks)
@@ -114,9 +132,9 @@ class Generator {
                        dtype_name(t.dtype), fmt::join(t.shape, ", ")));
     line(fmt::format("// fast memory: {} bytes per thread", p_.fast_memory_bytes));
     line("#include \"deuteron_cpu.h\"");
-    if (!p_.dots.empty()) line("#include \"deuteron_gemm.h\"  // hl::dot: micro-kernel and packing");
+    if (!p_.gemms.empty()) line("#include \"deuteron_gemm.h\"  // hl::dot: micro-kernel and packing");
     line("");
-    line("extern \"C\" int omp_get_thread_num(void);");
+    line("#include <omp.h>");
     line("");
   }
 
@@ -160,7 +178,8 @@ class Generator {
       line(fmt::format("constexpr int64_t B_{} = {};  // block of {} ({} elements)", ax.name, p_.block[a],
                        ax.kind == ir::AxisKind::Tile ? "tiled dim" : "whole dim", ax.extent));
       if (ax.kind != ir::AxisKind::Tile) {
-        line(fmt::format("constexpr int64_t o_{} = 0, n_{} = {};", ax.name, ax.name, ax.extent));
+        line(fmt::format("constexpr int64_t o_{} = 0;", ax.name));
+        line(fmt::format("constexpr int64_t n_{} = {};", ax.name, ax.extent));
       }
     }
   }
@@ -182,17 +201,17 @@ class Generator {
       std::string what = !spec ? "" : spec->placement == plan::Placement::Resident
                                           ? ", resident operand"
                                           : fmt::format(", staged operand, {} blocks ahead", spec->buffers - 1);
-      line(fmt::format("{}* const m{} = reinterpret_cast<{}*>(fast + {});  // %{} [{}]{}", ctype(val.dtype), v,
-                       ctype(val.dtype), offset, v, fmt::join(dims, " x "), what));
+      line(fmt::format("{}* const m{} = reinterpret_cast<{}*>({});  // {} [{}]{}", ctype(val.dtype), v,
+                       ctype(val.dtype), at_index("fast", fmt::format("{}", offset)), at_value(ir::ValueId(v)), fmt::join(dims, " x "), what));
       // Staged operands count their prefetched blocks in the budget; those live in the cache.
-      offset += (std::max(bytes, spec ? spec->fast_bytes : 0) + 63) / 64 * 64;
+      offset += (std::max(bytes, spec ? p_.staging_of(*spec).fast_bytes : 0) + 63) / 64 * 64;
     }
-    for (const plan::DotPlan& d : p_.dots)
+    for (const Gemm& d : p_.gemms)
       for (int r = 0; r < 2; ++r) {
-        const plan::DotOperand& x = r == 0 ? d.a : d.b;
+        const GemmOperand& x = r == 0 ? d.a : d.b;
         if (!x.pack_elements) continue;
-        line(fmt::format("float* const pack{}_{} = reinterpret_cast<float*>(fast + {});  // operand {} of %{}, packed by the dot",
-                         d.op, r == 0 ? "a" : "b", offset, r == 0 ? "a" : "b", k_.ops[size_t(d.op)].result));
+        line(fmt::format("float* const pack{}_{} = reinterpret_cast<float*>({});  // operand {} of the dot at {}, packed by it",
+                         d.op, r == 0 ? "a" : "b", at_index("fast", fmt::format("{}", offset)), r == 0 ? "a" : "b", at(k_.op(d.op).loc)));
         offset += (x.pack_elements * 4 + 63) / 64 * 64;
       }
     for (const plan::BlockSpec& s : p_.operands)
@@ -222,6 +241,28 @@ class Generator {
   std::string tensor_name(int t) const { return sanitize(k_.tensors[size_t(t)].name); }
   std::string scalar_name(int s) const { return "s_" + sanitize(k_.scalars[size_t(s)].name); }
   const std::string& axis(int a) const { return k_.axes[size_t(a)].name; }
+
+  // Where in the user's kernel something comes from, for comments: "layer_norm.cpp:24".
+  static std::string at(const std::source_location& loc) {
+    std::string file = loc.file_name();
+    return fmt::format("{}:{}", file.substr(file.find_last_of('/') + 1), loc.line());
+  }
+  std::string at_value(ir::ValueId v) const {
+    if (const ir::Op* def = k_.def(v)) return at(def->loc);
+    for (const ir::Loop& l : k_.loops)  // a loop-carried value: its loop's line
+      for (const ir::Carried& c : l.carried)
+        if (c.phi == v || c.result == v) return at(l.loc);
+    return "?";
+  }
+  // The lines of a group's ops, in order and once each: "layer_norm.cpp:24, 25, 27".
+  std::string at_ops(const std::vector<int>& ops) const {
+    std::vector<std::string> seen;
+    for (int o : ops) {
+      std::string w = at(k_.op(o).loc);
+      if (std::find(seen.begin(), seen.end(), w) == seen.end()) seen.push_back(w);
+    }
+    return fmt::format("{}", fmt::join(seen, ", "));
+  }
 
   void grid_indices(const ir::Loop& grid) {
     line("// this block's position in the grid (fastest axis last)");
@@ -253,17 +294,14 @@ class Generator {
       }
       size_t li = size_t(std::find(grid.axes.begin(), grid.axes.end(), a) - grid.axes.begin());
       int64_t begin = grid.begin[li].constant, end = grid.end[li].constant;
-      line(fmt::format("const int64_t o_{} = {} + b_{} * B_{};", n, begin, n, n));
+      line(begin ? fmt::format("const int64_t o_{} = {} + b_{} * B_{};", n, begin, n, n)
+                 : fmt::format("const int64_t o_{} = b_{} * B_{};", n, n, n));
       line(fmt::format("const int64_t n_{} = B_{} < {} - o_{} ? B_{} : {} - o_{};", n, n, end, n, n, end, n));
     }
   }
 
   // ---- values ----
-  ir::ValueId source(ir::ValueId v) const {
-    while (k_.value(v).def_op >= 0 && k_.ops[size_t(k_.value(v).def_op)].kind == OpKind::View)
-      v = k_.ops[size_t(k_.value(v).def_op)].inputs[0];
-    return v;
-  }
+  ir::ValueId source(ir::ValueId v) const { return ir::strip_views(k_, v); }
 
   std::string storage_index(ir::ValueId v) const {
     v = storage_value(v);
@@ -274,9 +312,8 @@ class Generator {
       int d = dims[i];
       if (d == ir::kOne) continue;
       // Resident operands span the loop's whole extent: index them globally.
-      std::string var = resident_axis(v, d) ? fmt::format("(o_{} + {})", axis(d), ivar(d)) : ivar(d);
-      std::string term = stride == 1 ? var : fmt::format("{} * {}", var, stride);
-      idx = idx.empty() ? term : term + " + " + idx;
+      std::string var = resident_axis(v, d) ? plus("o_" + axis(d), ivar(d)) : ivar(d);
+      idx = plus(times(var, stride), idx.empty() ? "0" : idx);
       stride *= storage_extent(v, d);
     }
     return idx.empty() ? "0" : idx;
@@ -290,8 +327,8 @@ class Generator {
   // Global element index along axis `a` for tensor addressing.
   std::string global_index(int a) const {
     const ir::Axis& ax = k_.axes[size_t(a)];
-    if (ax.kind == ir::AxisKind::Tile) return fmt::format("(o_{} + {})", ax.name, ivar(a));
-    return ivar(a);
+    if (ax.kind != ir::AxisKind::Tile) return ivar(a);
+    return ivar(a) == "0" ? "o_" + ax.name : fmt::format("(o_{} + {})", ax.name, ivar(a));
   }
   // The loop variable of an axis inside a block ("i_t0"), or what replaces it (a dot's base
   // addresses put 0 there).
@@ -315,9 +352,8 @@ class Generator {
         i = fmt::format("dt::checked_index(int64_t({}), {}, status, {})", value(e.value), t.shape[d],
                         check_number(int(&op - k_.ops.data()), int(d)));
       }
-      int64_t stride = t.strides[d];
-      if (stride == 0) continue;
-      terms.push_back(stride == 1 ? i : fmt::format("{} * {}", i, stride));
+      std::string term = times(i, t.strides[d]);
+      if (term != "0") terms.push_back(term);
     }
     return terms.empty() ? "0" : fmt::format("{}", fmt::join(terms, " + "));
   }
@@ -479,7 +515,7 @@ class Generator {
 
   void emit_group(const plan::Group& g) {
     if (g.ops.size() == 1 && k_.ops[size_t(g.ops[0])].kind == OpKind::Dot) {
-      emit_dot(*p_.dot_for_op(g.ops[0]));
+      emit_dot(*p_.gemm_for_op(g.ops[0]));
       return;
     }
     scalars_.clear();
@@ -495,12 +531,7 @@ class Generator {
       if (rd == ir::kOne) continue;
       (rd == inner ? scalar_red : array_red).push_back(&op);
     }
-    std::vector<std::string> names;
-    for (int o : g.ops) {
-      const ir::Op& op = k_.ops[size_t(o)];
-      names.push_back(op.result >= 0 ? fmt::format("%{}", op.result) : "store");
-    }
-    line(fmt::format("// {} over [{}]", fmt::join(names, ", "), [&] {
+    line(fmt::format("// {} over [{}]", at_ops(g.ops), [&] {
       std::vector<std::string> d;
       for (int a : dom) d.push_back(axis(a));
       return fmt::format("{}", fmt::join(d, ", "));
@@ -582,7 +613,7 @@ class Generator {
   // Stages an operand into fast memory: a streamed one's block for this iteration (prefetching
   // the next ones), or a resident one's whole extent in the loop, once before the loop.
   void emit_block_copy(const plan::BlockSpec& s, const ir::Loop& l, bool resident) {
-    if (s.dot >= 0) {
+    if (p_.staging_of(s).dot >= 0) {
       emit_packed_copy(s, l, resident);
       return;
     }
@@ -678,7 +709,7 @@ class Generator {
   Src tensor_src(const ir::Op& load, int rows, int cols) {
     for (int a : {rows, cols})
       if (a != ir::kOne) ivar_[a] = "0";
-    Src s{fmt::format("{} + {}", tensor_name(load.tensor), address(load)),
+    Src s{at_index(tensor_name(load.tensor), address(load)),
           elem_of(k_.tensors[size_t(load.tensor)].dtype), tensor_stride(load, rows), tensor_stride(load, cols)};
     ivar_.clear();
     return s;
@@ -686,7 +717,7 @@ class Generator {
   Src memory_src(ir::ValueId v, int rows, int cols) {
     for (int a : {rows, cols})
       if (a != ir::kOne) ivar_[a] = "0";
-    Src s{fmt::format("m{} + {}", storage_value(v), storage_index(v)), "dt::gemm::F32", storage_stride(v, rows),
+    Src s{at_index(fmt::format("m{}", storage_value(v)), storage_index(v)), "dt::gemm::F32", storage_stride(v, rows),
           storage_stride(v, cols)};
     ivar_.clear();
     return s;
@@ -695,8 +726,8 @@ class Generator {
   int64_t slab2d(ir::ValueId operand, int r) const {
     const auto& d = k_.value(operand).dims;
     int rows = d[d.size() - 2], cols = d.back();
-    return r == 0 ? plan::packed_a_elements(extent_of(rows), extent_of(cols))
-                  : plan::packed_b_elements(extent_of(rows), extent_of(cols));
+    return r == 0 ? packed_a_elements(extent_of(rows), extent_of(cols))
+                  : packed_b_elements(extent_of(rows), extent_of(cols));
   }
   // Packs operand r's block (at the current position, batch dims at i_*) into `dst`; `pairs`:
   // as bf16 pairs where the CPU multiplies them (pack_*_pairs).
@@ -714,7 +745,7 @@ class Generator {
     std::string idx;
     for (size_t i = 0; i + 2 < d.size(); ++i) {
       if (d[i] == ir::kOne) continue;
-      idx = idx.empty() ? "i_" + axis(d[i]) : fmt::format("({}) * {} + i_{}", idx, extent_of(d[i]), axis(d[i]));
+      idx = idx.empty() ? "i_" + axis(d[i]) : plus(times(idx, extent_of(d[i])), "i_" + axis(d[i]));
     }
     return idx;
   }
@@ -731,13 +762,15 @@ class Generator {
   // into fast memory in the micro-kernel's layout.
   void emit_packed_copy(const plan::BlockSpec& s, const ir::Loop& l, bool resident) {
     const ir::Op& load = k_.ops[size_t(s.op)];
-    const ir::Op& dop = k_.ops[size_t(s.dot)];
-    ir::ValueId operand = dop.inputs[size_t(s.dot_operand)];
+    const Staging& st = p_.staging_of(s);
+    const ir::Op& dop = k_.ops[size_t(st.dot)];
+    ir::ValueId operand = dop.inputs[size_t(st.dot_operand)];
     ir::ValueId v = load.result;
     scalars_.clear();
-    line(fmt::format("// pack {} {} of {} into fast memory as operand {} of %{}", resident ? "every block" : "this block",
+    line(fmt::format("// pack {} {} of {} into fast memory as operand {} of the dot at {}",
+                     resident ? "every block" : "this block",
                      l.grid ? "(for this grid step)" : resident ? "of the loop" : "(stream)",
-                     k_.tensors[size_t(load.tensor)].name, s.dot_operand == 0 ? "a" : "b", dop.result));
+                     k_.tensors[size_t(load.tensor)].name, st.dot_operand == 0 ? "a" : "b", at(dop.loc)));
     line("{");
     ++indent_;
     if (s.reuse) {
@@ -756,15 +789,15 @@ class Generator {
                        k_.axes[size_t(la)].extent));
       ++indent_;
       line(fmt::format("const int64_t n_{0} = B_{0} < {1} - o_{0} ? B_{0} : {1} - o_{0};", n, k_.axes[size_t(la)].extent));
-      dst = fmt::format("{} + blk_{} * {}", dst, n, s.slab_elements);
+      dst = fmt::format("{} + blk_{} * {}", dst, n, st.slab_elements);
     }
     std::vector<int> batch;
     for (size_t i = 0; i + 2 < od.size(); ++i)
       if (od[i] != ir::kOne) batch.push_back(od[i]);
     open_nest(batch, "", [](size_t) {});
     std::string b = batch_slab(operand);
-    pack_call(load, operand, s.dot_operand, b.empty() ? dst : fmt::format("{} + ({}) * {}", dst, b, slab2d(operand, s.dot_operand)),
-              p_.dot_for_op(s.dot)->bf16_pairs);
+    pack_call(load, operand, st.dot_operand, b.empty() ? dst : fmt::format("{} + ({}) * {}", dst, b, slab2d(operand, st.dot_operand)),
+              p_.gemm_for_op(st.dot)->bf16_pairs);
     close_nest(batch, [](size_t) {});
     if (blocks) {
       --indent_;
@@ -786,15 +819,15 @@ class Generator {
   }
 
   // A dot group: C (+)= A B per batch position, by the micro-kernel library.
-  void emit_dot(const plan::DotPlan& d) {
+  void emit_dot(const Gemm& d) {
     const ir::Op& op = k_.ops[size_t(d.op)];
     ir::ValueId r = op.result;
     const auto& rd = k_.value(r).dims;
     int m = rd[rd.size() - 2], n = rd.back();
     int kx = k_.value(op.inputs[0]).dims.back();
     scalars_.clear();
-    line(fmt::format("// %{} = %{} @ %{}{}: [{} x {}] @ [{} x {}] per block, f32 accumulation", r, op.inputs[0],
-                     op.inputs[1], op.inputs.size() > 2 ? fmt::format(" + %{}", op.inputs[2]) : "",
+    line(fmt::format("// {}: a @ b{}: [{} x {}] @ [{} x {}] per block, f32 accumulation", at(op.loc),
+                     op.inputs.size() > 2 ? " + acc" : "",
                      m == ir::kOne ? "1" : axis(m), kx == ir::kOne ? "1" : axis(kx), kx == ir::kOne ? "1" : axis(kx),
                      n == ir::kOne ? "1" : axis(n)));
     line("{");
@@ -808,23 +841,23 @@ class Generator {
     open_nest(batch, "", [](size_t) {});
     std::string views[2];
     for (int x = 0; x < 2; ++x) {
-      const plan::DotOperand& o = x == 0 ? d.a : d.b;
+      const GemmOperand& o = x == 0 ? d.a : d.b;
       const auto& od = k_.value(o.value).dims;
       int rows = od[od.size() - 2], cols = od.back();
       int64_t kstride = extent_of(x == 0 ? cols : rows);
       const char* role = x == 0 ? "a" : "b";
-      if (o.read == plan::DotRead::Packed) {
+      if (o.read == DotRead::Packed) {
         const plan::BlockSpec* s = p_.spec_for_op(o.load_op);
         std::string ptr = fmt::format("m{}", k_.ops[size_t(o.load_op)].result);
         if (s->placement == plan::Placement::Resident) {
           int la = k_.loops[size_t(s->loop)].axes.front();
           if (std::find(od.begin(), od.end(), la) != od.end())
-            ptr += fmt::format(" + o_{0} / B_{0} * {1}", axis(la), s->slab_elements);
+            ptr += fmt::format(" + o_{0} / B_{0} * {1}", axis(la), p_.staging_of(*s).slab_elements);
         }
         std::string b = batch_slab(o.value);
         if (!b.empty()) ptr += fmt::format(" + ({}) * {}", b, slab2d(o.value, x));
         views[x] = fmt::format("dt::gemm::{}_packed{}({}, {})", role, d.bf16_pairs ? "_pairs" : "", ptr, kstride);
-      } else if (o.read == plan::DotRead::PackInGroup) {
+      } else if (o.read == DotRead::PackInGroup) {
         std::string buf = fmt::format("pack{}_{}", d.op, role);
         if (o.load_op >= 0) {
           pack_call(k_.ops[size_t(o.load_op)], o.value, x, buf, d.bf16_pairs);
@@ -843,7 +876,7 @@ class Generator {
     }
     for (int a : {m, n})
       if (a != ir::kOne) ivar_[a] = "0";
-    std::string c = fmt::format("m{} + {}", storage_value(r), storage_index(r));
+    std::string c = at_index(fmt::format("m{}", storage_value(r)), storage_index(r));
     ivar_.clear();
     line(fmt::format("dt::gemm::gemm({}, {}, {},", count(m), count(n), count(kx)));
     line(fmt::format("               {},", views[0]));
@@ -906,15 +939,15 @@ class Generator {
         continue;
       }
       if (p_.epilogue_subtiles > 1 && p_.epilogue_axis >= 0)
-        for (const plan::DotPlan& d : p_.dots) after_dot = after_dot || d.loop == it.loop;
+        for (const Gemm& d : p_.gemms) after_dot = after_dot || d.loop == it.loop;
       const ir::Loop& l = k_.loops[size_t(it.loop)];
       for (const ir::Carried& c : l.carried) alias_[c.result] = c.phi;
       std::vector<std::string> names;
       for (int a : l.axes) names.push_back(axis(a));
-      line(fmt::format("// inner loop over {}", fmt::join(names, ", ")));
+      line(fmt::format("// {}: inner loop over {}", at(l.loc), fmt::join(names, ", ")));
       line("{");
       ++indent_;
-      for (const ir::Carried& c : l.carried) emit_copy(c.phi, c.init, fmt::format("%{} starts as %{}", c.phi, c.init).c_str());
+      for (const ir::Carried& c : l.carried) emit_copy(c.phi, c.init, fmt::format("the value carried around {} starts as {}'s", at(l.loc), at_value(c.init)).c_str());
       for (const plan::BlockSpec& s : p_.operands)
         if (s.loop == it.loop && s.placement == plan::Placement::Resident) emit_block_copy(s, l, true);
       for (size_t i = 0; i < l.axes.size(); ++i) {
@@ -931,7 +964,7 @@ class Generator {
         if (s.loop == it.loop && s.placement == plan::Placement::Staged) emit_block_copy(s, l, false);
       body(it.loop);
       for (const ir::Carried& c : l.carried)
-        if (storage_value(source(c.next)) != c.phi) emit_copy(c.phi, c.next, fmt::format("%{} = %{} for the next iteration", c.phi, c.next).c_str());
+        if (storage_value(source(c.next)) != c.phi) emit_copy(c.phi, c.next, fmt::format("{}'s value for the next iteration", at_value(c.next)).c_str());
       for (size_t i = 0; i < l.axes.size(); ++i) {
         --indent_;
         line("}");
@@ -954,12 +987,12 @@ class Generator {
       }
     };
     walk(k_.top);
-    for (const plan::DotPlan& d : p_.dots)
+    for (const Gemm& d : p_.gemms)
       if (d.acc_phi >= 0) alias_[k_.ops[size_t(d.op)].result] = d.acc_phi;
   }
 
  private:
-  const plan::Plan& p_;
+  const CpuPlan& p_;
   const ir::Kernel& k_;
   const std::vector<IndexCheck> checks_;
   std::string out_;
@@ -994,10 +1027,48 @@ std::vector<IndexCheck> index_checks(const plan::Plan& p) {
   return out;
 }
 
-std::string generate(const plan::Plan& p) {
+namespace {
+
+bool is_word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// Drops `constexpr int64_t NAME = ...;` lines whose NAME occurs nowhere else: the generator
+// declares every axis' constants, and a reader should not have to wonder what an unused one is.
+std::string drop_unused_constants(const std::string& source) {
+  static const std::string kDecl = "constexpr int64_t ";
+  std::map<std::string, int> words;
+  for (size_t i = 0; i < source.size();) {
+    if (!is_word_char(source[i])) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < source.size() && is_word_char(source[j])) ++j;
+    ++words[source.substr(i, j - i)];
+    i = j;
+  }
+  std::string out;
+  for (size_t start = 0; start < source.size();) {
+    size_t end = source.find('\n', start);
+    if (end == std::string::npos) end = source.size();
+    std::string line = source.substr(start, end - start);
+    start = end + 1;
+    size_t decl = line.find(kDecl);
+    if (decl != std::string::npos && line.find_first_not_of(' ') == decl) {
+      size_t name_at = decl + kDecl.size();
+      std::string name = line.substr(name_at, line.find(' ', name_at) - name_at);
+      if (words[name] == 1) continue;
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string generate(const CpuPlan& p) {
   Generator g(p);
   g.prepare();
-  return g.run();
+  return drop_unused_constants(g.run());
 }
 
 }  // namespace deuteron::cpu

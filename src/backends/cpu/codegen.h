@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/refine.h"
 #include "plan/plan.h"
 
 namespace deuteron::cpu {
@@ -19,7 +20,7 @@ std::string entry_name(const plan::Plan& p);
 // fast memory, threads x scratch_per_thread bytes, 64-byte aligned; status: two zeroed words,
 // where the kernel records the first failed index check (1 + its number in index_checks, and
 // the index).
-std::string generate(const plan::Plan& p);
+std::string generate(const CpuPlan& p);
 
 // An index the kernel computes (a gather's indices, a scalar from device values), checked
 // against the size of the dim it indexes wherever it is used.

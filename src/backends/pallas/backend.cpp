@@ -209,7 +209,10 @@ config::TargetLimits PallasBackend::limits() const {
   return l;
 }
 
-void PallasBackend::check(const plan::Plan& p) const { pallas::check(p, generation()); }
+void PallasBackend::refine(plan::Plan& p, const config::TargetLimits& limits) const {
+  p.fast_memory_bytes = pallas::check(p, generation()).needed();
+  p.fast_memory_budget = limits.fast_memory_bytes;
+}
 
 config::Config PallasBackend::adjust_default(const config::ConfigSpace& space, const config::Config& c,
                                              const ir::Kernel& k) const {

@@ -21,7 +21,7 @@ class PallasBackend : public backends::Backend {
   // One core per JAX device (two on megacore chips) and the default scoped VMEM limit.
   config::TargetLimits limits() const override;
   // The TPU block-shape rule for every operand and the VMEM footprint (ConfigError).
-  void check(const plan::Plan& p) const override;
+  void refine(plan::Plan& p, const config::TargetLimits& limits) const override;
   // Throw CompileError naming the construct for kernels this target cannot express yet
   // (inner tile loops, gathers, ...).
   std::string emit(const plan::Plan& p) const override;

@@ -113,9 +113,6 @@ struct Operand {
   std::string ref;                      // kernel parameter
   int first_op = -1;
   int buffers = 2;
-  std::string key() const {
-    return fmt::format("{}|{}|{}|{}", tensor, output, fmt::join(block_text, ","), fmt::join(index, ","));
-  }
 };
 
 class Analysis {
@@ -267,21 +264,12 @@ class Analysis {
     }
   }
 
-  // A scalar index: a constant, or the grid index of a one-element (hl::grid) axis.
-  std::string scalar_index(const ir::Index& e, const ir::Op& op) {
-    if (e.value < 0) return fmt::format("{}", e.constant);
-    ir::ValueId v = e.value;
-    while (k.value(v).def_op >= 0 && k.ops[size_t(k.value(v).def_op)].kind == OpKind::View)
-      v = k.ops[size_t(k.value(v).def_op)].inputs[0];
-    int def = k.value(v).def_op;
-    if (def >= 0) {
-      const ir::Op& d = k.ops[size_t(def)];
-      if ((d.kind == OpKind::TileBegin || d.kind == OpKind::TileIndex) && k.value(v).dims.empty() &&
-          grid_pos[size_t(d.axis)] >= 0 && block[size_t(d.axis)] == 1) {
-        int64_t begin = grid_begin[size_t(d.axis)];
-        std::string name = py_name(k.axes[size_t(d.axis)].name);
-        return begin ? fmt::format("{} + {}", name, begin) : name;
-      }
+  // A scalar index: the grid index of a one-element (hl::grid) axis (the plan's Scalar term).
+  std::string scalar_index(const plan::IndexTerm& t, const ir::Op& op) {
+    if (t.grid_axis >= 0 && block[size_t(t.grid_axis)] == 1) {
+      int64_t begin = grid_begin[size_t(t.grid_axis)];
+      std::string name = py_name(k.axes[size_t(t.grid_axis)].name);
+      return begin ? fmt::format("{} + {}", name, begin) : name;
     }
     unsupported("indexing with scalars computed on the device",
                 fmt::format("indexes {} with one (only constants and hl::grid indices address whole blocks)",
@@ -289,108 +277,115 @@ class Analysis {
                 where(op));
   }
 
+  // The pallas_call operands: one per distinct block spec of the grid loop (the plan's
+  // de-duplication), its block shape and index map from the spec's index terms.
   void build_operands() {
     std::vector<Operand> found;
-    for (const plan::BlockSpec& s : p.operands) {
+    std::map<int, int> found_of_spec;  // spec -> entry of `found`
+    for (size_t i = 0; i < p.operands.size(); ++i) {
+      const plan::BlockSpec& s = p.operands[i];
       if (s.loop != grid_loop) continue;
       const ir::Op& op = k.ops[size_t(s.op)];
-      const ir::HostTensor& t = k.tensors[size_t(op.tensor)];
-      bool store = op.kind == OpKind::Store;
-      if (!store && t.role == ir::HostRole::Output)
+      const ir::HostTensor& t = k.tensors[size_t(s.tensor)];
+      if (!s.store && t.role == ir::HostRole::Output)
         unsupported("reading output tensors", fmt::format("reads output {}", t.name), where(op));
-      if (store && t.role == ir::HostRole::Input)
+      if (s.store && t.role == ir::HostRole::Input)
         unsupported("writing input tensors in place", fmt::format("writes input {}", t.name), where(op));
       if (t.dtype == DType::i64)
         unsupported("int64 tensors",
-                    fmt::format("accesses {} (TPUs have no 64-bit vector types)", tensor_label(op.tensor)),
+                    fmt::format("accesses {} (TPUs have no 64-bit vector types)", tensor_label(s.tensor)),
                     where(op), "pass int32 data");
-      Operand o;
-      o.tensor = op.tensor;
-      o.output = store;
-      o.first_op = s.op;
       std::vector<std::string> slices;
       bool sliced = false;
-      for (size_t d = 0; d < op.index.size(); ++d) {
-        const ir::Index& e = op.index[d];
+      Operand o;
+      o.tensor = s.tensor;
+      o.output = s.store;
+      o.first_op = s.op;
+      for (size_t d = 0; d < s.index_map.size(); ++d) {
+        const plan::IndexTerm& e = s.index_map[d];
         int64_t dim = t.shape[d];
-        if (e.kind == ir::Index::Kind::Gather)
-          unsupported("gathers", fmt::format("indexes {} with a tensor of indices", t.name), where(op));
-        if (e.kind == ir::Index::Kind::Scalar) {
-          o.block.push_back(1);
-          o.squeezed.push_back(true);
-          o.block_text.push_back("None");
-          o.index.push_back(scalar_index(e, op));
-          o.axis.push_back(-1);
-          if (e.value >= 0) {
-            ir::ValueId v = e.value;
-            while (k.value(v).def_op >= 0 && k.ops[size_t(k.value(v).def_op)].kind == OpKind::View)
-              v = k.ops[size_t(k.value(v).def_op)].inputs[0];
-            o.grid_axes.insert(k.ops[size_t(k.value(v).def_op)].axis);
+        switch (e.kind) {
+          case plan::IndexTerm::Kind::Gather:
+            unsupported("gathers", fmt::format("indexes {} with a tensor of indices", t.name), where(op));
+          case plan::IndexTerm::Kind::Constant:
+          case plan::IndexTerm::Kind::Scalar:
+            o.block.push_back(1);
+            o.squeezed.push_back(true);
+            o.block_text.push_back("None");
+            o.index.push_back(e.kind == plan::IndexTerm::Kind::Constant ? fmt::format("{}", e.constant)
+                                                                       : scalar_index(e, op));
+            o.axis.push_back(-1);
+            if (e.grid_axis >= 0) o.grid_axes.insert(e.grid_axis);
+            continue;
+          case plan::IndexTerm::Kind::Block: {
+            if (e.offset != 0)
+              unsupported("offset slices of a tiled dim",
+                          fmt::format("indexes dim {} of {} at {} + {}", d, t.name, k.axes[size_t(e.axis)].name,
+                                      e.offset),
+                          where(op));
+            int64_t b = block[size_t(e.axis)];
+            std::string name = py_name(k.axes[size_t(e.axis)].name);
+            o.squeezed.push_back(false);
+            o.block.push_back(b);
+            o.block_text.push_back("BLOCK_" + upper(name));
+            o.index.push_back(e.begin / b ? fmt::format("{} + {}", name, e.begin / b) : name);
+            o.axis.push_back(e.axis);
+            o.grid_axes.insert(e.axis);
+            slices.push_back(":");
+            continue;
           }
-          continue;
-        }
-        const ir::Axis& ax = k.axes[size_t(e.axis)];
-        o.squeezed.push_back(false);
-        if (ax.kind == ir::AxisKind::Tile) {
-          if (e.offset != 0)
-            unsupported("offset slices of a tiled dim",
-                        fmt::format("indexes dim {} of {} at {} + {}", d, t.name, ax.name, e.offset),
-                        where(op));
-          int64_t b = block[size_t(e.axis)];
-          o.block.push_back(b);
-          o.block_text.push_back("BLOCK_" + upper(py_name(ax.name)));
-          int64_t first = grid_begin[size_t(e.axis)] / b;
-          std::string name = py_name(ax.name);
-          o.index.push_back(first ? fmt::format("{} + {}", name, first) : name);
-          o.axis.push_back(e.axis);
-          o.grid_axes.insert(e.axis);
-          slices.push_back(":");
-        } else if (e.offset == 0 && ax.extent == dim) {
-          // A whole dim (hl::all) or a fixed range covering it: one block, index 0.
-          o.block.push_back(dim);
-          o.block_text.push_back("BLOCK_" + upper(py_name(ax.name)));
-          o.index.push_back("0");
-          o.axis.push_back(e.axis);
-          slices.push_back(":");
-        } else {
-          // Part of a dim at a fixed place: the block holds the whole dim, the kernel slices it.
-          o.block.push_back(dim);
-          o.block_text.push_back(fmt::format("{}", dim));
-          o.index.push_back("0");
-          o.axis.push_back(-1);
-          slices.push_back(fmt::format("{}:{}", e.offset, e.offset + ax.extent));
-          sliced = true;
+          case plan::IndexTerm::Kind::Whole:
+          case plan::IndexTerm::Kind::Looped:  // refused by effective_blocks: a TPU block is whole
+            o.squeezed.push_back(false);
+            o.index.push_back("0");
+            if (e.offset == 0 && k.axes[size_t(e.axis)].extent == dim) {
+              // A whole dim (hl::all) or a fixed range covering it: one block, index 0.
+              o.block.push_back(dim);
+              o.block_text.push_back("BLOCK_" + upper(py_name(k.axes[size_t(e.axis)].name)));
+              o.axis.push_back(e.axis);
+              slices.push_back(":");
+            } else {
+              // Part of a dim at a fixed place: the block holds the whole dim, the kernel slices it.
+              o.block.push_back(dim);
+              o.block_text.push_back(fmt::format("{}", dim));
+              o.axis.push_back(-1);
+              slices.push_back(fmt::format("{}:{}", e.offset, e.offset + k.axes[size_t(e.axis)].extent));
+              sliced = true;
+            }
+            continue;
         }
       }
       ref_index[s.op] = sliced ? fmt::format("[{}]", fmt::join(slices, ", ")) : "[...]";
+      if (s.first != int(i) && found_of_spec.count(s.first)) {
+        found_of_spec[int(i)] = found_of_spec[s.first];  // the same block as an earlier access
+        continue;
+      }
+      found_of_spec[int(i)] = int(found.size());
       found.push_back(o);
     }
 
     // Inputs in tensor order (then first access), then outputs in tensor order.
-    std::stable_sort(found.begin(), found.end(), [](const Operand& a, const Operand& b) {
+    std::vector<int> order(found.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = int(i);
+    std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+      const Operand &a = found[size_t(x)], &b = found[size_t(y)];
       if (a.output != b.output) return !a.output;
       if (a.tensor != b.tensor) return a.tensor < b.tensor;
       return a.first_op < b.first_op;
     });
-    std::map<std::string, int> by_key;
-    for (Operand& o : found) {
-      auto it = by_key.find(o.key());
-      int index;
-      if (it != by_key.end()) {
-        index = it->second;
-      } else {
-        if (o.output)
-          for (const Operand& other : operands)
-            if (other.output && other.tensor == o.tensor)
-              unsupported("stores with different block specs to one output",
-                          fmt::format("stores to {} with two", k.tensors[size_t(o.tensor)].name),
-                          where(k.ops[size_t(o.first_op)]));
-        index = int(operands.size());
-        by_key[o.key()] = index;
-        operands.push_back(o);
-      }
-      operand_of_op[o.first_op] = index;
+    std::vector<int> operand_of_found(found.size());
+    for (int f : order) {
+      const Operand& o = found[size_t(f)];
+      if (o.output)
+        for (const Operand& other : operands)
+          if (other.output && other.tensor == o.tensor)
+            unsupported("stores with different block specs to one output",
+                        fmt::format("stores to {} with two", k.tensors[size_t(o.tensor)].name),
+                        where(k.ops[size_t(o.first_op)]));
+      operand_of_found[size_t(f)] = int(operands.size());
+      operands.push_back(o);
     }
+    for (auto [spec, f] : found_of_spec) operand_of_op[p.operands[size_t(spec)].op] = operand_of_found[size_t(f)];
     // Kernel parameter names: <tensor>_ref, numbered when one tensor is read with several specs.
     std::map<int, int> count, seen;
     for (const Operand& o : operands) ++count[o.tensor];
@@ -1026,14 +1021,14 @@ Footprint vmem_footprint(const plan::Plan& p, const TpuGeneration& chip) {
   return footprint(Analysis(p, chip));
 }
 
-void check(const plan::Plan& p, const TpuGeneration& chip) {
+Footprint check(const plan::Plan& p, const TpuGeneration& chip) {
   // Constructs the target cannot express are no config's fault: emit() and compile() report
   // them (CompileError). Here only what a config decides: blocks and VMEM (ConfigError).
   std::optional<Analysis> analysis;
   try {
     analysis.emplace(p, chip);
   } catch (const CompileError&) {
-    return;
+    return {};
   }
   const Analysis& an = *analysis;
   const ir::Kernel& k = p.kernel;
@@ -1096,6 +1091,7 @@ void check(const plan::Plan& p, const TpuGeneration& chip) {
         params.empty() ? "the kernel's blocks are fixed; it cannot run on this TPU generation"
                        : fmt::format("use smaller blocks ({})", fmt::join(params, ", ")));
   }
+  return f;
 }
 
 std::string generate(const plan::Plan& p, const TpuGeneration& chip) {

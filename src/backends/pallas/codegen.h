@@ -27,8 +27,9 @@ struct Footprint {
 // Checks what the config decides: the TPU block-shape rule for every operand and the VMEM
 // footprint against the default scoped limit (ConfigError naming the operand or the sizes, and
 // the fix). Constructs the target cannot express (inner tile loops, gathers, ...) are not
-// checked here, since no config fixes them: generate() throws CompileError for them.
-void check(const plan::Plan& p, const TpuGeneration& chip);
+// checked here, since no config fixes them: generate() throws CompileError for them. Returns
+// the footprint (zero for a plan the target cannot express).
+Footprint check(const plan::Plan& p, const TpuGeneration& chip);
 
 // The footprint of an expressible plan (throws CompileError like check otherwise).
 Footprint vmem_footprint(const plan::Plan& p, const TpuGeneration& chip);

@@ -1,0 +1,13 @@
+// Sizes of the micro-kernel's packed operand layouts (runtime/deuteron_gemm.h): A in panels of
+// kDotMR rows, B in panels of kDotNR columns (the micro-kernel's NR divides it), zero-padded.
+#pragma once
+
+#include <cstdint>
+
+namespace deuteron::cpu {
+
+inline constexpr int64_t kDotMR = 6, kDotNR = 64;
+inline int64_t packed_a_elements(int64_t m, int64_t k) { return (m + kDotMR - 1) / kDotMR * kDotMR * k; }
+inline int64_t packed_b_elements(int64_t k, int64_t n) { return (n + kDotNR - 1) / kDotNR * kDotNR * k; }
+
+}  // namespace deuteron::cpu

@@ -1,0 +1,274 @@
+#include "backends/cpu/refine.h"
+
+#include <algorithm>
+#include <optional>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "backends/cpu/packing.h"
+#include "backends/cpu/space.h"
+#include "deuteron/error.h"
+
+namespace deuteron::cpu {
+
+const char* name(DotRead r) {
+  switch (r) {
+    case DotRead::InPlace: return "in place";
+    case DotRead::Packed: return "packed copy";
+    case DotRead::PackInGroup: return "packed by the dot";
+  }
+  return "?";
+}
+
+const Gemm* CpuPlan::gemm_for_op(int op) const {
+  for (const Gemm& g : gemms)
+    if (g.op == op) return &g;
+  return nullptr;
+}
+
+namespace {
+
+// Bytes of a value's element in the generated code: bf16/f16/i32 are computed as 32-bit.
+int64_t cpp_size(DType t) {
+  switch (t) {
+    case DType::i64: return 8;
+    case DType::boolean: return 1;
+    default: return 4;
+  }
+}
+
+int64_t round64(int64_t b) { return (b + 63) / 64 * 64; }
+
+std::vector<int> non_one(const std::vector<int>& dims) {
+  std::vector<int> out;
+  for (int d : dims)
+    if (d != ir::kOne) out.push_back(d);
+  return out;
+}
+
+class Refiner {
+ public:
+  Refiner(const plan::Plan& base, std::optional<config::TargetLimits> limits) : limits_(limits) {
+    static_cast<plan::Plan&>(p_) = base;
+  }
+
+  CpuPlan run() {
+    const config::Config& c = p_.config;
+    p_.threads = c.has(kNumThreads) ? int(c.integer(kNumThreads)) : 1;
+    if (c.has(kGridGroup)) p_.grid_group = std::max<int64_t>(1, c.integer(kGridGroup));
+    if (c.has(kEpilogueSubtiles)) p_.epilogue_subtiles = int(std::max<int64_t>(1, c.integer(kEpilogueSubtiles)));
+    p_.staging.assign(p_.operands.size(), Staging{});
+    epilogue_axis();
+    for (const plan::Dot& d : p_.dots) p_.gemms.push_back(gemm(d));
+    for (Gemm& g : p_.gemms) {
+      auto bf16_packed = [&](const GemmOperand& x) {
+        return x.load_op >= 0 && x.read != DotRead::InPlace && k().tensors[size_t(k().op(x.load_op).tensor)].dtype == DType::bf16;
+      };
+      g.bf16_pairs = bf16_packed(g.a) && bf16_packed(g.b);
+    }
+    scratch();
+    return std::move(p_);
+  }
+
+ private:
+  const ir::Kernel& k() const { return p_.kernel; }
+
+  // Epilogue sub-tiling applies along the N dim of a dot in a loop directly inside the grid.
+  void epilogue_axis() {
+    const ir::Loop& grid = k().grid_loop();
+    for (const plan::Dot& d : p_.dots) {
+      const ir::Loop& l = k().loop(d.loop);
+      int n = k().value(k().op(d.op).result).dims.back();
+      if (p_.epilogue_axis < 0 && !l.grid && l.parent >= 0 && k().loop(l.parent).grid && n != ir::kOne &&
+          std::find(grid.axes.begin(), grid.axes.end(), n) != grid.axes.end())
+        p_.epilogue_axis = n;
+    }
+  }
+
+  int64_t extent_of(int axis) const { return axis == ir::kOne ? 1 : p_.storage_extent(axis); }
+
+  // A copy of a load may be skipped when the grid indices it depends on repeat.
+  void set_reuse(plan::BlockSpec& s) {
+    const ir::Op& lop = k().op(s.op);
+    const ir::Loop& grid = k().grid_loop();
+    auto in_grid = [&](int a) { return std::find(grid.axes.begin(), grid.axes.end(), a) != grid.axes.end(); };
+    std::vector<int> axes;
+    bool ok = true;
+    for (const ir::Index& e : lop.index) {
+      if (e.kind == ir::Index::Kind::Axis) {
+        if (k().axis(e.axis).kind != ir::AxisKind::Tile) continue;
+        if (s.placement == plan::Placement::Resident && k().axis(e.axis).loop == s.loop) continue;
+        if (in_grid(e.axis)) axes.push_back(e.axis);
+        else ok = false;
+      } else if (e.kind == ir::Index::Kind::Scalar) {
+        if (e.value < 0) continue;
+        const ir::Op* def = k().def(e.value);
+        if (def && def->kind == ir::OpKind::TileBegin && in_grid(def->axis)) axes.push_back(def->axis);
+        else ok = false;
+      } else {
+        ok = false;
+      }
+    }
+    s.reuse = ok;
+    if (ok) s.reuse_axes = axes;
+  }
+
+  // How each operand of a dot reaches the micro-kernel: read in place, from a packed staged or
+  // resident copy, or packed by the dot.
+  Gemm gemm(const plan::Dot& d) {
+    Gemm g;
+    g.op = d.op;
+    g.loop = d.loop;
+    g.acc_phi = d.acc_phi;
+    g.acc_inline = d.acc_inline;
+    std::vector<int> uses = ir::use_counts(k());
+    for (int r = 0; r < 2; ++r) {
+      GemmOperand& x = r == 0 ? g.a : g.b;
+      static_cast<plan::DotOperand&>(x) = r == 0 ? d.a : d.b;
+      std::vector<ir::ValueId> path;
+      ir::dot_operand_source(k(), x.value, &path);
+      bool exclusive = true;
+      for (ir::ValueId v : path) exclusive = exclusive && uses[size_t(v)] == 1;
+      const std::vector<int>& vd = k().value(x.value).dims;
+      int rows = vd[vd.size() - 2], cols = vd.back();
+      plan::BlockSpec* spec = nullptr;
+      if (x.load_op >= 0)
+        for (plan::BlockSpec& s : p_.operands)
+          if (s.op == x.load_op) spec = &s;
+      DType elem = x.load_op >= 0 ? k().tensors[size_t(k().op(x.load_op).tensor)].dtype : DType::f32;
+      // B needs its N dim contiguous to be read in place.
+      auto unit_cols = [&](bool from_tensor) {
+        if (r == 0 || cols == ir::kOne) return true;
+        if (from_tensor) {
+          const ir::Op& lop = k().op(x.load_op);
+          int64_t stride = 0;
+          for (size_t i = 0; i < lop.index.size(); ++i)
+            if (lop.index[i].kind == ir::Index::Kind::Axis && lop.index[i].axis == cols)
+              stride += k().tensors[size_t(lop.tensor)].strides[i];
+          return stride == 1;
+        }
+        std::vector<int> sd = non_one(k().value(x.source).dims);
+        return !sd.empty() && sd.back() == cols;
+      };
+      if (spec && spec->placement != plan::Placement::InPlace && exclusive) {
+        const ir::Loop& l = k().loop(spec->loop);
+        if (spec->placement == plan::Placement::Resident &&
+            (l.axes.size() != 1 || l.begin[0].value >= 0 || l.begin[0].constant != 0)) {
+          restage(*spec);  // blocks of a packed resident copy start at 0
+        }
+        x.read = DotRead::Packed;
+      } else if (spec && spec->placement != plan::Placement::InPlace) {
+        x.read = unit_cols(false) ? DotRead::InPlace : DotRead::PackInGroup;  // a plain staged copy
+      } else if (x.load_op >= 0) {
+        if (elem == DType::f32 && unit_cols(true)) x.read = DotRead::InPlace;
+        else if (exclusive && spec && spec->loop != d.loop) {
+          // Loop-invariant for the dot: pack once per iteration of the load's own loop.
+          restage(*spec);
+          x.read = DotRead::Packed;
+        } else {
+          x.read = DotRead::PackInGroup;
+        }
+      } else {
+        x.read = unit_cols(false) ? DotRead::InPlace : DotRead::PackInGroup;
+      }
+      int64_t slab = r == 0 ? packed_a_elements(extent_of(rows), extent_of(cols))
+                            : packed_b_elements(extent_of(rows), extent_of(cols));
+      if (x.read == DotRead::PackInGroup) x.pack_elements = slab;
+      if (x.read == DotRead::Packed) {
+        for (size_t i = 0; i + 2 < vd.size(); ++i) slab *= extent_of(vd[i]);
+        Staging& st = p_.staging[size_t(spec - p_.operands.data())];
+        st.dot = d.op;
+        st.dot_operand = r;
+        st.slab_elements = slab;
+        int64_t blocks = 1;
+        if (spec->placement == plan::Placement::Resident) {
+          int a = k().loop(spec->loop).axes[0];
+          if (std::find(vd.begin(), vd.end(), a) != vd.end())
+            blocks = (k().axis(a).extent + p_.block[size_t(a)] - 1) / p_.block[size_t(a)];
+        }
+        st.fast_bytes = slab * blocks * 4 * (spec->placement == plan::Placement::Staged ? spec->buffers : 1);
+        if (spec->placement == plan::Placement::Resident || k().loop(spec->loop).grid) set_reuse(*spec);
+      }
+    }
+    return g;
+  }
+
+  // A copy the micro-kernel needs packed one block at a time: staged with one buffer, its value
+  // kept in fast memory.
+  void restage(plan::BlockSpec& s) {
+    s.placement = plan::Placement::Staged;
+    s.buffers = 1;
+    s.elements = p_.block_elements(k().op(s.op).result);
+    ir::ValueId v = k().op(s.op).result;
+    p_.materialized[size_t(v)] = true;
+    p_.recomputed[size_t(v)] = false;
+  }
+
+  // Scratch per thread: values kept between groups, staged copies, the dots' packing buffers.
+  void scratch() {
+    std::vector<bool> staged(k().values.size(), false);  // counted with their block spec
+    for (size_t i = 0; i < p_.operands.size(); ++i) {
+      const plan::BlockSpec& s = p_.operands[i];
+      if (s.placement == plan::Placement::InPlace) continue;
+      staged[size_t(k().op(s.op).result)] = true;
+      Staging& st = p_.staging[i];
+      if (st.dot < 0) st.fast_bytes = s.elements * cpp_size(k().value(k().op(s.op).result).dtype) * s.buffers;
+    }
+    int64_t bytes = 0;
+    for (size_t v = 0; v < k().values.size(); ++v)
+      if (p_.materialized[v] && !staged[v])
+        bytes += round64(p_.block_elements(ir::ValueId(v)) * cpp_size(k().values[v].dtype));
+    for (const Staging& st : p_.staging) bytes += round64(st.fast_bytes);
+    for (const Gemm& g : p_.gemms) {
+      bytes += round64(g.a.pack_elements * 4) + round64(g.b.pack_elements * 4);
+      ir::ValueId r = k().op(g.op).result;
+      if (g.acc_phi >= 0 && p_.materialized[size_t(r)])  // shares its accumulator's storage
+        bytes -= round64(p_.block_elements(r) * cpp_size(k().value(r).dtype));
+    }
+    p_.fast_memory_bytes = bytes;
+    if (!limits_) return;
+    p_.fast_memory_budget = limits_->fast_memory_bytes;
+    if (bytes > limits_->fast_memory_bytes)
+      throw ConfigError(fmt::format("config {} needs {} KiB of fast memory per thread; the cpu target has {} KiB",
+                                    p_.config.dump(), (bytes + 1023) / 1024, limits_->fast_memory_bytes / 1024),
+                        format_location(k().loc), "use smaller blocks, a looped reduction, or the in_place strategy");
+  }
+
+  CpuPlan p_;
+  std::optional<config::TargetLimits> limits_;
+};
+
+}  // namespace
+
+CpuPlan refine(const plan::Plan& p, const config::TargetLimits& limits) { return Refiner(p, limits).run(); }
+CpuPlan refine(const plan::Plan& p) { return Refiner(p, std::nullopt).run(); }
+
+std::string describe(const CpuPlan& p) {
+  const ir::Kernel& k = p.kernel;
+  std::string out = fmt::format("  cpu: {} threads, {} bytes of scratch per thread (L2 budget {})\n", p.threads,
+                                p.fast_memory_bytes, p.fast_memory_budget);
+  for (size_t i = 0; i < p.operands.size(); ++i) {
+    const Staging& st = p.staging[i];
+    if (st.dot < 0) continue;
+    out += fmt::format("    {} packed for operand {} of the dot at line {}\n",
+                       k.tensors[size_t(p.operands[i].tensor)].name, st.dot_operand == 0 ? "a" : "b",
+                       k.op(st.dot).loc.line());
+  }
+  for (const Gemm& g : p.gemms) {
+    auto operand = [&](const GemmOperand& x) {
+      std::string what = x.load_op >= 0 ? k.tensors[size_t(k.op(x.load_op).tensor)].name
+                                         : fmt::format("%{} (fast memory)", x.source);
+      return fmt::format("{} {}", what, name(x.read));
+    };
+    out += fmt::format("    micro-kernel for the dot at line {}: a = {}, b = {}{}\n", k.op(g.op).loc.line(),
+                       operand(g.a), operand(g.b),
+                       g.bf16_pairs ? ", both packed as bf16 (pairs of K steps for vdpbf16ps where the CPU has it)" : "");
+  }
+  if (p.grid_group > 1) out += fmt::format("    grid traversal in groups of {}\n", p.grid_group);
+  if (p.epilogue_subtiles > 1 && p.epilogue_axis >= 0)
+    out += fmt::format("    epilogue in {} sub-tiles along {}\n", p.epilogue_subtiles, k.axis(p.epilogue_axis).name);
+  return out;
+}
+
+}  // namespace deuteron::cpu

@@ -1,0 +1,76 @@
+// The cpu target's refinement of the lowered plan: how each dot's operands reach the
+// micro-kernel (read in place, from a packed staged or resident copy, or packed by the dot),
+// the packed copies' layouts, bf16 pairs, threads, grid traversal, epilogue sub-tiles, and the
+// scratch each thread needs (checked against the L2 budget). The code generator and the tuning
+// harness read this; the neutral plan knows none of it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "plan/plan.h"
+
+namespace deuteron::cpu {
+
+// How one operand of a dot reaches the micro-kernel.
+enum class DotRead {
+  InPlace,      // read where it is (a tensor or a value in fast memory), by strides
+  Packed,       // from its packed staged/resident copy (Staging with dot == this op)
+  PackInGroup,  // packed by the dot itself into the dot's scratch each time it runs
+};
+const char* name(DotRead r);
+
+struct GemmOperand : plan::DotOperand {
+  DotRead read = DotRead::InPlace;
+  int64_t pack_elements = 0;  // PackInGroup: floats of the dot's packing scratch
+};
+
+// A dot lowered onto the micro-kernel.
+struct Gemm {
+  int op = -1;
+  int loop = -1;
+  GemmOperand a, b;
+  ir::ValueId acc_phi = -1;  // as plan::Dot
+  bool acc_inline = false;
+  // Both operands are bf16 tensor reads packed for the micro-kernel: they may stay bf16 (pairs
+  // of K steps for vdpbf16ps where the CPU has it).
+  bool bf16_pairs = false;
+};
+
+// Per block spec: its copy in scratch.
+struct Staging {
+  int64_t fast_bytes = 0;  // scratch the copy needs (0 in place), prefetched blocks included
+  // A copy made in the micro-kernel's packed layout for operand `dot_operand` (0 = a, 1 = b) of
+  // dot `dot`: one packed slab per block (resident: one per block of the loop's extent).
+  int dot = -1;
+  int dot_operand = -1;
+  int64_t slab_elements = 0;  // packed floats per block (all batch dims of the operand)
+};
+
+struct CpuPlan : plan::Plan {
+  std::vector<Gemm> gemms;
+  std::vector<Staging> staging;  // per operands[i]
+  int threads = 1;
+  // Grid traversal: consecutive blocks walk `grid_group` blocks of the second-fastest grid
+  // axis before stepping the fastest one (1: plain row-major order over grid_axes).
+  int64_t grid_group = 1;
+  // Groups after a dot's loop that only map over the dot's N axis run in this many sub-tiles
+  // along it (epilogue sub-tiling); 1 = whole blocks.
+  int epilogue_subtiles = 1;
+  int epilogue_axis = -1;
+
+  const Gemm* gemm_for_op(int op) const;
+  const Staging& staging_of(const plan::BlockSpec& s) const { return staging[size_t(&s - operands.data())]; }
+};
+
+// Throws ConfigError when the scratch per thread exceeds `limits`' fast memory.
+CpuPlan refine(const plan::Plan& p, const config::TargetLimits& limits);
+// The same for a plan whose budget was checked when it was lowered (Backend::refine).
+CpuPlan refine(const plan::Plan& p);
+
+// The cpu-only part of `deuteron emit --plan`.
+std::string describe(const CpuPlan& p);
+
+}  // namespace deuteron::cpu

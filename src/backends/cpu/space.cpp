@@ -1,0 +1,144 @@
+#include "backends/cpu/space.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "backends/cpu/packing.h"
+#include "config/keys.h"
+
+namespace deuteron::cpu {
+
+namespace {
+
+using config::Json;
+using config::Tunable;
+
+std::vector<int> dot_ops(const ir::Kernel& k) {
+  std::vector<int> out;
+  for (size_t o = 0; o < k.ops.size(); ++o)
+    if (k.ops[o].kind == ir::OpKind::Dot) out.push_back(int(o));
+  return out;
+}
+
+// Epilogue sub-tiling: the ops after a dot's loop run over sub-tiles of its N block, when that
+// N dim is a grid tile and nothing after the loop reduces over it.
+bool has_subtilable_epilogue(const ir::Kernel& k) {
+  const ir::Loop& grid = k.grid_loop();
+  std::vector<int> loop_of = ir::loop_of_ops(k);
+  for (int d : dot_ops(k)) {
+    int n = k.value(k.op(d).result).dims.back();
+    if (n == ir::kOne || k.axis(n).kind != ir::AxisKind::Tile ||
+        std::find(grid.axes.begin(), grid.axes.end(), n) == grid.axes.end())
+      continue;
+    int dot_loop = loop_of[size_t(d)];
+    if (dot_loop < 0 || k.loop(dot_loop).grid || k.loop(dot_loop).parent < 0 || !k.loop(k.loop(dot_loop).parent).grid)
+      continue;
+    bool legal = true, after = false;
+    for (const ir::Stmt& st : grid.body) {
+      if (st.kind == ir::Stmt::Kind::Loop) {
+        after = after || st.id == dot_loop;
+        continue;
+      }
+      const ir::Op& o = k.op(st.id);
+      if (after && o.kind == ir::OpKind::Reduce && k.value(o.inputs[0]).dims[size_t(o.dim)] == n) legal = false;
+    }
+    if (legal && after) return true;
+  }
+  return false;
+}
+
+// The default strategy of a tensor a dot reads in an inner loop. A B operand is resident
+// (packed once per grid step, kept while its grid block repeats) while that fits half the fast
+// memory, else read in place when it is f32 with contiguous rows (not 4 KiB apart), else
+// streamed; an A operand is read in place when f32 (the micro-kernel broadcasts it from any
+// layout), else streamed (packed and widened block by block).
+std::string operand_default(const ir::Kernel& k, const config::ConfigSpace& space, const config::OperandTunable& o,
+                            const config::TargetLimits& limits, int64_t& resident_bytes) {
+  const config::Config& d = space.default_config();
+  auto block_of = [&](int axis) -> int64_t {
+    if (axis == ir::kOne) return 1;
+    const ir::Axis& ax = k.axis(axis);
+    if (ax.kind != ir::AxisKind::Tile) return ax.extent;
+    const ir::BlockParam& bp = k.block_params[size_t(ax.block_param)];
+    return bp.fixed ? bp.fixed : d.integer(bp.name);
+  };
+  const ir::Loop& loop = k.loop(o.loop);
+  const ir::Op& load = k.op(o.load);
+  const auto& vd = k.value(k.op(o.dot).inputs[size_t(o.operand)]).dims;
+  bool f32 = k.tensors[size_t(load.tensor)].dtype == DType::f32;
+  // In place needs contiguous rows, and rows that do not all land in the same L1 sets (a row
+  // stride that is a multiple of 4 KiB would evict the panel as it is read).
+  bool unit_cols = false;
+  int64_t row_stride = 0;
+  for (size_t i = 0; i < load.index.size(); ++i) {
+    if (load.index[i].kind != ir::Index::Kind::Axis) continue;
+    if (load.index[i].axis == vd.back()) unit_cols = k.tensors[size_t(load.tensor)].strides[i] == 1;
+    if (load.index[i].axis == vd[vd.size() - 2]) row_stride = k.tensors[size_t(load.tensor)].strides[i];
+  }
+  bool aliased = o.operand == 1 && unit_cols && row_stride * 4 % 4096 == 0;
+  int64_t rows = 1, cols = 1, batch = 1;
+  for (size_t i = 0; i < vd.size(); ++i) {
+    int64_t e = vd[i] == loop.axes.front() ? k.axis(vd[i]).extent : block_of(vd[i]);
+    if (i + 1 == vd.size()) cols = e;
+    else if (i + 2 == vd.size()) rows = e;
+    else batch *= e;
+  }
+  int64_t bytes = 4 * batch * (o.operand == 0 ? packed_a_elements(rows, cols) : packed_b_elements(rows, cols));
+  if (o.operand == 1 && resident_bytes + bytes <= limits.fast_memory_bytes / 2) {
+    resident_bytes += bytes;
+    return config::keys::kResident;
+  }
+  if (o.operand == 0 ? !f32 : (f32 && aliased)) return config::keys::kStream;  // bf16 A, or B rows 4 KiB apart
+  return config::keys::kInPlace;  // read in place, or packed by the dot where it must be
+}
+
+}  // namespace
+
+void extend_space(const ir::Kernel& k, const config::TargetLimits& limits, config::ConfigSpace& space) {
+  const ir::Loop& grid = k.grid_loop();
+  bool dots = !dot_ops(k).empty();
+  if (dots && grid.axes.size() > 1) {
+    Tunable t;
+    t.name = kGridGroup;
+    t.kind = Tunable::Kind::Count;
+    t.help = "grid traversal: blocks of the second-fastest grid axis visited before the fastest "
+             "one steps (1 = row-major; more keeps a block of the operand shared along it in cache)";
+    t.values = {1, 2, 4, 8};
+    space.add(t, 1);
+  }
+  if (has_subtilable_epilogue(k)) {
+    Tunable t;
+    t.name = kEpilogueSubtiles;
+    t.kind = Tunable::Kind::Count;
+    t.help = "the ops after the dot's loop run over this many sub-tiles of its N block";
+    t.values = {1, 2, 4};
+    space.add(t, 1);
+  }
+
+  int64_t resident_bytes = 0;
+  int last_loop = -1;
+  for (const config::OperandTunable& o : config::operand_tunables(k)) {
+    if (o.loop != last_loop) resident_bytes = 0;  // each loop's operands share half the budget
+    last_loop = o.loop;
+    space.set_default_value(o.name, operand_default(k, space, o, limits, resident_bytes));
+  }
+
+  Tunable threads;
+  threads.name = kNumThreads;
+  threads.kind = Tunable::Kind::Count;
+  threads.help = "threads running the grid in parallel";
+  for (int c = 1; c <= std::max(limits.cores, 1); ++c) threads.values.push_back(c);
+  // Small problems run on one thread: waking a team costs more than they take.
+  int64_t per_block = 1;  // elements one grid point touches: whole dims or inner loops
+  for (const ir::Axis& ax : k.axes)
+    if (ax.kind == ir::AxisKind::Reduction) per_block = std::max(per_block, ax.extent);
+  for (const ir::Loop& l : k.loops)
+    if (!l.grid)
+      for (int a : l.axes) per_block = std::max(per_block, k.axis(a).extent);
+  int64_t work = per_block;
+  for (int a : grid.axes) work *= std::max<int64_t>(k.axis(a).extent, 1);
+  space.add(threads, work < (int64_t(1) << 17) ? 1 : std::max(limits.cores, 1));
+}
+
+}  // namespace deuteron::cpu
