@@ -289,6 +289,78 @@ TEST(Language, TileAttributesAndSharedBlockSize) {
   }
 }
 
+// Dims and block sizes the user names: configs, the IR and generated code use those names.
+TEST(Language, NamedDimsAndBlockSizes) {
+  static const auto k = deuteron::kernel("named_dims", [](hl::Tensor x) {
+    int64_t m = x.size(0), n = x.size(1);
+    auto out = hl::empty({m, n}), rows = hl::empty({m});
+    auto bs = hl::register_block_size(1, 64, "block_k");
+    for (auto tm : hl::tile(m, {.name = "rows"})) {
+      rows[{tm}] = tm.index().to(DType::f32);
+      for (auto tn : hl::tile(n, {.shared = bs, .name = "cols"})) out[{tm, tn}] = x[{tm, tn}] * 2.0f;
+    }
+    return std::make_tuple(out, rows);
+  });
+  static const auto k2 = deuteron::kernel("named_dims_2d", [](hl::Tensor x) {
+    auto out = hl::empty_like(x);
+    for (auto [tm, tn] : hl::tile({x.size(0), x.size(1)}, {"m", "n"})) out[{tm, tn}] = x[{tm, tn}] + 1.0f;
+    return out;
+  });
+  Tensor x = Tensor::rand({37, 5}, DType::f32, 13);
+  auto names_of = [&](const KernelBase& kernel) {
+    auto s = driver::specialize(kernel, frontend::describe_args(kernel, {x}), "cpu");
+    std::vector<std::string> names;
+    for (const auto& t : s.space.tunables()) names.push_back(t.name);
+    return std::make_pair(names, s.backend->emit(driver::lower(s, s.space.default_config())));
+  };
+  auto [names, src] = names_of(k);
+  for (const char* want : {"block_rows", "block_k", "inner_cols"})
+    EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+  EXPECT_NE(src.find("B_rows"), std::string::npos);
+  EXPECT_NE(src.find("o_cols"), std::string::npos);
+  auto [names2, src2] = names_of(k2);
+  for (const char* want : {"block_m", "block_n"})
+    EXPECT_NE(std::find(names2.begin(), names2.end(), want), names2.end()) << want;
+  for (int64_t b : {1, 8, 64}) {
+    auto cfg = sized(k, {x}, {{"block_rows", b}, {"block_k", b}});
+    expect_2d(k, {x}, [&](auto i, auto j) { return 2.0 * x.get(i * 5 + j); }, 0, cfg, 0);
+    expect_2d(k, {x}, [&](auto i, auto) { return double(i); }, 1, cfg, 0);
+    expect_2d(k2, {x}, [&](auto i, auto j) { return x.get(i * 5 + j) + 1.0; }, 0, sized(k2, {x}, {{"block_m", b}}), 0);
+  }
+}
+
+TEST(Language, BadDimNamesAreKernelErrors) {
+  auto error_of = [](auto&& body) -> std::string {
+    static int n = 0;
+    auto k = deuteron::kernel(fmt::format("bad_names_{}", n++), body);
+    try {
+      driver::specialize(k, frontend::describe_args(k, {Tensor::rand({8, 8}, DType::f32, 1)}), "cpu");
+    } catch (const KernelError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  std::string e = error_of([](hl::Tensor x) {
+    auto out = hl::empty_like(x);
+    for (auto t : hl::tile(x.size(0), {.name = "a b"})) out[{t, hl::all}] = x[{t, hl::all}];
+    return out;
+  });
+  EXPECT_NE(e.find("is not an identifier"), std::string::npos) << e;
+  e = error_of([](hl::Tensor x) {
+    auto out = hl::empty_like(x);
+    for (auto [a, b] : hl::tile({x.size(0), x.size(1)}, {"m", "m"})) out[{a, b}] = x[{a, b}];
+    return out;
+  });
+  EXPECT_NE(e.find("'m' is taken"), std::string::npos) << e;
+  e = error_of([](hl::Tensor x) {
+    auto out = hl::empty_like(x);
+    hl::register_block_size(1, 8, "block_m");
+    for (auto [a, b] : hl::tile({x.size(0), x.size(1)}, {"m", "n"})) out[{a, b}] = x[{a, b}];
+    return out;
+  });
+  EXPECT_NE(e.find("'m' is taken"), std::string::npos) << e;
+}
+
 TEST(Language, NonContiguousInput) {
   static const auto k = deuteron::kernel("scale", [](hl::Tensor x) {
     auto out = hl::empty(x.sizes());

@@ -265,12 +265,15 @@ class BlockSize {
   friend struct TileAccess;
   int param_ = -1;
 };
-BlockSize register_block_size(int64_t min, int64_t max, Loc loc = Loc::current());
+// `name` (optional) is the config key, e.g. "block_k"; it must be an identifier.
+BlockSize register_block_size(int64_t min, int64_t max, std::string name = "", Loc loc = Loc::current());
 
-// Options of a tile loop. A zero block size means "tuned".
+// Options of a tile loop. A zero block size means "tuned". `name` (optional, an identifier)
+// names the loop's dim in configs and generated code: {.name = "m"} gives "block_m" and "o_m".
 struct TileOptions {
   int64_t block_size = 0;
   BlockSize shared{};
+  std::string name;
 };
 
 // A loop bound: a constant, or a device scalar (for example another tile's end).
@@ -330,6 +333,9 @@ TileRange tile(Bound begin, Bound end, TileOptions opts = {}, Loc loc = Loc::cur
 // Several dimensions at once, as structured bindings: `for (auto [tm, tn] : hl::tile({m, n}))`.
 template <size_t N>
 TileArrayRange<N> tile(const int64_t (&extents)[N], Loc loc = Loc::current());
+// The same with a name per dim: `hl::tile({m, n}, {"m", "n"})`.
+template <size_t N>
+TileArrayRange<N> tile(const int64_t (&extents)[N], const char* const (&names)[N], Loc loc = Loc::current());
 // Any number of dimensions: `for (auto tiles : hl::tile(out.sizes()))`.
 TilesRange tile(const std::vector<int64_t>& extents, Loc loc = Loc::current());
 // Scalar indices: a tile of block size one whose dimension is dropped when indexing.
@@ -339,8 +345,10 @@ TileRange grid(int64_t end, Loc loc = Loc::current());
 
 // ---- template definitions ---------------------------------------------------------------------
 namespace deuteron::hl::detail {
-// Opens a tile loop over `extents` in the current trace; returns its tiles and loop id.
-std::pair<Tiles, int> open_tile_loop(const std::vector<int64_t>& extents, Loc loc);
+// Opens a tile loop over `extents` in the current trace (dims named `names`, or "t0", "t1",
+// ... where a name is empty); returns its tiles and loop id.
+std::pair<Tiles, int> open_tile_loop(const std::vector<int64_t>& extents, const std::vector<std::string>& names,
+                                     Loc loc);
 // Closes the innermost open loop (which must be `loop`).
 void close_loop(int loop);
 // Whether an exception is unwinding through the trace (then loops close silently).
@@ -361,10 +369,17 @@ LoopRange<Item>::~LoopRange() {
 
 namespace deuteron::hl {
 template <size_t N>
-TileArrayRange<N> tile(const int64_t (&extents)[N], Loc loc) {
-  auto [tiles, loop] = detail::open_tile_loop(std::vector<int64_t>(extents, extents + N), loc);
+TileArrayRange<N> tile(const int64_t (&extents)[N], const char* const (&names)[N], Loc loc) {
+  auto [tiles, loop] = detail::open_tile_loop(std::vector<int64_t>(extents, extents + N),
+                                              std::vector<std::string>(names, names + N), loc);
   std::array<Tile, N> items;
   for (size_t i = 0; i < N; ++i) items[i] = tiles[i];
   return TileArrayRange<N>(items, loop);
+}
+template <size_t N>
+TileArrayRange<N> tile(const int64_t (&extents)[N], Loc loc) {
+  const char* names[N] = {};
+  for (size_t i = 0; i < N; ++i) names[i] = "";
+  return tile(extents, names, loc);
 }
 }  // namespace deuteron::hl

@@ -378,10 +378,10 @@ void expect(bool condition, const std::string& message, Loc loc) {
                         format_location(loc), "pass arguments of the shapes and dtypes the kernel expects");
 }
 
-BlockSize register_block_size(int64_t min, int64_t max, Loc loc) {
+BlockSize register_block_size(int64_t min, int64_t max, std::string name, Loc loc) {
   auto& tr = Tracer::current(loc);
   BlockSize b;
-  TileAccess::set(b, tr.register_block_size(min, max, loc));
+  TileAccess::set(b, tr.register_block_size(min, max, name, loc));
   return b;
 }
 
@@ -389,7 +389,7 @@ BlockSize register_block_size(int64_t min, int64_t max, Loc loc) {
 
 TileRange tile(int64_t end, TileOptions opts, Loc loc) {
   auto& tr = Tracer::current(loc);
-  auto [tiles, loop] = tr.open_loop({end}, {}, {}, opts, false, loc);
+  auto [tiles, loop] = tr.open_loop({end}, {}, {}, {opts.name}, opts, false, loc);
   return TileRange(tiles[0], loop);
 }
 
@@ -397,24 +397,25 @@ TileRange tile(Bound begin, Bound end, TileOptions opts, Loc loc) {
   auto& tr = Tracer::current(loc);
   int64_t extent = 0;
   if (auto* e = std::get_if<int64_t>(&end.get())) extent = *e;
-  auto [tiles, loop] = tr.open_loop({extent}, {begin}, {end}, opts, false, loc);
+  auto [tiles, loop] = tr.open_loop({extent}, {begin}, {end}, {opts.name}, opts, false, loc);
   return TileRange(tiles[0], loop);
 }
 
 TilesRange tile(const std::vector<int64_t>& extents, Loc loc) {
-  auto [tiles, loop] = detail::open_tile_loop(extents, loc);
+  auto [tiles, loop] = detail::open_tile_loop(extents, {}, loc);
   return TilesRange(tiles, loop);
 }
 
 TileRange grid(int64_t end, Loc loc) {
   auto& tr = Tracer::current(loc);
-  auto [tiles, loop] = tr.open_loop({end}, {}, {}, {}, true, loc);
+  auto [tiles, loop] = tr.open_loop({end}, {}, {}, {}, {}, true, loc);
   return TileRange(tiles[0], loop);
 }
 
 namespace detail {
-std::pair<Tiles, int> open_tile_loop(const std::vector<int64_t>& extents, Loc loc) {
-  return Tracer::current(loc).open_loop(extents, {}, {}, {}, false, loc);
+std::pair<Tiles, int> open_tile_loop(const std::vector<int64_t>& extents, const std::vector<std::string>& names,
+                                     Loc loc) {
+  return Tracer::current(loc).open_loop(extents, {}, {}, names, {}, false, loc);
 }
 void close_loop(int loop) { Tracer::current(Loc::current()).close_loop(loop); }
 void abandon_loop(int loop) noexcept {

@@ -48,12 +48,29 @@ std::vector<ir::Stmt>& Tracer::body() {
   return k_.loops[size_t(open_loops_.back().loop)].body;
 }
 
+std::string Tracer::user_name(const std::string& name, const char* what, const std::source_location& loc) {
+  bool identifier = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) && name.size() <= 64 &&
+                    std::all_of(name.begin(), name.end(), [](char c) {
+                      return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                    });
+  if (!identifier)
+    fail(fmt::format("the {} name '{}' is not an identifier", what, name), loc,
+         "use letters, digits and underscores (up to 64), starting with a letter: e.g. \"m\" or \"block_k\"");
+  bool taken = std::find(used_names_.begin(), used_names_.end(), name) != used_names_.end() ||
+               std::any_of(k_.block_params.begin(), k_.block_params.end(),
+                           [&](const ir::BlockParam& p) { return p.name == name || p.name == "block_" + name; });
+  if (taken) fail(fmt::format("the {} name '{}' is taken by another dim or block size", what, name), loc,
+                  "give each its own name");
+  used_names_.push_back(name);
+  return name;
+}
+
 std::string Tracer::fresh_name(const std::string& base) {
-  int n = 0;
-  for (const auto& u : used_names_)
-    if (u.rfind(base, 0) == 0) ++n;
-  used_names_.push_back(base);
-  return fmt::format("{}{}", base, n);
+  std::string name;
+  do name = fmt::format("{}{}", base, next_index_[base]++);
+  while (std::find(used_names_.begin(), used_names_.end(), name) != used_names_.end());
+  used_names_.push_back(name);
+  return name;
 }
 
 // ---- arguments and outputs --------------------------------------------------------------------
@@ -701,11 +718,11 @@ ir::ValueId Tracer::arange(int64_t n, const std::source_location& loc) {
 
 // ---- loops ------------------------------------------------------------------------------------
 
-int Tracer::register_block_size(int64_t min, int64_t max, const std::source_location& loc) {
+int Tracer::register_block_size(int64_t min, int64_t max, const std::string& name, const std::source_location& loc) {
   if (min < 1 || max < min)
     fail(fmt::format("register_block_size({}, {}): need 1 <= min <= max", min, max), loc);
   ir::BlockParam p;
-  p.name = fmt::format("block_size_{}", k_.block_params.size());
+  p.name = name.empty() ? fmt::format("block_size_{}", k_.block_params.size()) : user_name(name, "block size", loc);
   p.min = next_pow2(min);
   p.max = next_pow2(max);
   k_.block_params.push_back(p);
@@ -715,6 +732,7 @@ int Tracer::register_block_size(int64_t min, int64_t max, const std::source_loca
 std::pair<hl::Tiles, int> Tracer::open_loop(const std::vector<int64_t>& extents,
                                             const std::vector<hl::Bound>& begins,
                                             const std::vector<hl::Bound>& ends,
+                                            const std::vector<std::string>& names,
                                             hl::TileOptions opts, bool scalar,
                                             const std::source_location& loc) {
   if (!pending_error_.empty()) fail(pending_error_, pending_error_loc_);
@@ -760,7 +778,8 @@ std::pair<hl::Tiles, int> Tracer::open_loop(const std::vector<int64_t>& extents,
     ax.extent = e.value >= 0 ? extent : e.constant;  // indices run below this
     ax.loop = loop_id;
     ax.scalar = scalar;
-    ax.name = fresh_name(scalar ? "g" : "t");
+    bool named = i < names.size() && !names[i].empty();
+    ax.name = named ? user_name(names[i], "tile dim", loc) : fresh_name(scalar ? "g" : "t");
     if (scalar) {
       ir::BlockParam p;
       p.name = "grid_" + ax.name;

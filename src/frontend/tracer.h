@@ -111,11 +111,12 @@ class Tracer {
                                   const std::source_location& loc, const char* what);
 
   // Loops and block sizes.
-  int register_block_size(int64_t min, int64_t max, const std::source_location& loc);
+  int register_block_size(int64_t min, int64_t max, const std::string& name, const std::source_location& loc);
+  // names: per dim, the user's name for it or "" (then "t0", "t1", ...).
   std::pair<hl::Tiles, int> open_loop(const std::vector<int64_t>& extents,
                                       const std::vector<hl::Bound>& begins,
-                                      const std::vector<hl::Bound>& ends, hl::TileOptions opts,
-                                      bool scalar, const std::source_location& loc);
+                                      const std::vector<hl::Bound>& ends, const std::vector<std::string>& names,
+                                      hl::TileOptions opts, bool scalar, const std::source_location& loc);
   void close_loop(int loop);
   void abandon_loop(int loop) noexcept;
   int depth() const { return int(open_loops_.size()); }
@@ -136,6 +137,8 @@ class Tracer {
   std::vector<ir::Stmt>& body();
   int axis_for(ir::AxisKind kind, int64_t extent, const std::string& name);
   std::string fresh_name(const std::string& base);
+  // A name the user gave a dim or block size, checked: an identifier, not used before.
+  std::string user_name(const std::string& name, const char* what, const std::source_location& loc);
 
   ir::Kernel k_;
   int generation_;
@@ -145,7 +148,8 @@ class Tracer {
   std::vector<int> value_loop_;  // per value: the loop whose body defines it (-1: none)
   std::map<int, int> var_origin_;  // variable -> variable it was copied from
   std::map<int, int> var_depth_;
-  std::vector<std::string> used_names_;
+  std::vector<std::string> used_names_;  // of dims, so that no two share one
+  std::map<std::string, int> next_index_;  // per base of generated names ("t", "r"): the next number
   std::string pending_error_;
   std::source_location pending_error_loc_;
   Tracer* previous_;
