@@ -29,7 +29,7 @@ struct Entry {
   bool compute_bound = false;  // roofline against peak flops rather than bandwidth
   // Tolerance of the check against the reference, when the dtype's default is too tight
   // (a long reduction accumulates rounding); empty means default_tolerance(dtype).
-  std::function<Tolerance(DType dtype)> tolerance;
+  std::function<Tolerance(DType dtype)> tolerance = {};
 };
 
 // The tolerance to check an entry's output of this dtype with.

@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "api/api.h"
 #include "autotune/autotune.h"
 #include "autotune/cache.h"
 #include "autotune/process.h"
@@ -398,7 +399,7 @@ const Candidate* find(const autotune::TuneResult& r, const Config& c) {
 
 void expect_correct(const KernelBase& k, const std::vector<Arg>& args, const Config& c,
                     const std::function<std::vector<Tensor>(const std::vector<Arg>&)>& reference) {
-  auto r = driver::run(k, args, "cpu", c);
+  auto r = api::run(k, args, "cpu", c);
   auto want = reference(args);
   Tolerance tol = default_tolerance(DType::f32);
   EXPECT_TRUE(allclose(r.outputs[0], want[0], tol.rtol, tol.atol).close) << c.dump();
@@ -413,7 +414,7 @@ TEST_F(Autotune, BrokenCandidatesAreIsolated) {
   {
     Config two = s.space.default_config();
     two.set("num_threads", 2);
-    if (s.space.complete(two) == two) driver::run(tune_add, args, "cpu", two);
+    if (s.space.complete(two) == two) api::run(tune_add, args, "cpu", two);
   }
   // Distinct configs, told apart by block_t0 (the first key of the sorted JSON).
   auto with = [&](int64_t b0, int64_t b1) {
@@ -565,7 +566,7 @@ TEST_F(Autotune, CacheRoundTripCorruptionAndWarmStart) {
   }
   // Through the driver's hook (installed by linking the tuner).
   autotune::clear_memory_cache();
-  driver::Choice choice = driver::choose_config(s);
+  driver::Choice choice = api::choose_config(s);
   EXPECT_EQ(choice.origin, "cache");
   EXPECT_FALSE(choice.tuned);
   EXPECT_EQ(choice.config, first.best);
@@ -670,7 +671,7 @@ TEST(AutotuneChild, LooksUpWithoutTuningOrCompiling) {
   const char* want = std::getenv("DEUTERON_AUTOTUNE_TEST_CHILD");
   if (!want) GTEST_SKIP() << "run by NewProcessUsesTheCacheWithoutTuningOrCompiling";
   auto args = add_args(40, 72);
-  auto r = driver::run(tune_add, args, "cpu");
+  auto r = api::run(tune_add, args, "cpu");
   EXPECT_EQ(r.origin, "cache");
   EXPECT_FALSE(r.tuned);
   EXPECT_EQ(r.config.dump(), want);

@@ -9,9 +9,11 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "deuteron/deuteron.h"
+#include "api/api.h"
 #include "backends/backend.h"
 #include "backends/cpu/refine.h"
+#include "backends/registry.h"
+#include "deuteron/deuteron.h"
 #include "driver/driver.h"
 #include "plan/plan.h"
 #include "test_kernels.h"
@@ -105,7 +107,7 @@ std::vector<std::optional<config::Config>> configs_for(const KernelBase& k, cons
 void check_all_configs(const KernelBase& k, const std::vector<Arg>& args, const std::vector<double>& want,
                        double tol, size_t which = 0) {
   for (const auto& c : configs_for(k, args)) {
-    auto r = driver::run(k, args, "cpu", c);
+    auto r = api::run(k, args, "cpu", c);
     expect_close(r.outputs.at(which), want, tol, fmt::format("{} config {}", k.name(), r.config.dump()));
   }
 }
@@ -242,7 +244,7 @@ TEST(Dot, AccumulatorExpressionAndBroadcastAccumulator) {
 TEST(Dot, ComputedOperandsAndProductUsedElementwise) {
   // p = exp(x) (a value in fast memory) as A, and as a transposed B; the product feeds more ops.
   static const auto k = deuteron::kernel("dot_computed", [](hl::Tensor x, hl::Tensor y) {
-    int64_t m = x.size(0), kk = x.size(1), n = y.size(1);
+    int64_t m = x.size(0), n = y.size(1);
     auto out = hl::empty({m, n}), out2 = hl::empty({m, m});
     for (auto tm : hl::tile(m)) {
       auto p = hl::exp(x[{tm, hl::all}]);  // [tm, K]
@@ -296,7 +298,7 @@ TEST(Dot, GridGroupsVisitEveryBlockOnce) {
         c.set("grid_order", order);
         c.set("num_threads", threads);
         c.set("inner_t2", "resident");
-        auto r = driver::run(k, {x, y}, "cpu", c);
+        auto r = api::run(k, {x, y}, "cpu", c);
         expect_close(r.outputs[0], want, 1e-5, c.dump());
       }
 }
@@ -412,7 +414,7 @@ TEST(DotPlan, BFloat16PairsWhereTheCpuMultipliesThem) {
         ci.set("block_t1", 16);
         ci.set("block_t2", 16);
       }
-      auto r = driver::run(k, {x, y}, "cpu", ci);
+      auto r = api::run(k, {x, y}, "cpu", ci);
       expect_close(r.outputs[0], product(x, y, 1, s[0], s[1], s[2]), 1e-5, r.config.dump());
     }
   }

@@ -14,9 +14,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "api/api.h"
 #include "catalogue.h"
 #include "deuteron/deuteron.h"
-#include "driver/driver.h"
 
 namespace hl = deuteron::hl;
 
@@ -368,14 +368,14 @@ TEST(KernelErrors, CrossEntropyLabelOutOfRange) {
   for (int64_t bad : {7, 1000, -1}) {
     Tensor labels = Tensor::rand({5}, DType::i64, 4, 0.0, 7.0);
     labels.set(3, double(bad));
-    auto e = error_of<RuntimeError>([&] { driver::run(*ce.kernel, {logits, labels}, "cpu", config::Config()); });
+    auto e = error_of<RuntimeError>([&] { api::run(*ce.kernel, {logits, labels}, "cpu", config::Config()); });
     EXPECT_TRUE(mentions(e, fmt::format("index {} is out of range for dim 1", bad)));
     EXPECT_TRUE(mentions(e, "(size 7)"));
     EXPECT_TRUE(mentions(e, "cross_entropy.cpp"));
   }
   // The same compiled kernel runs on with valid labels.
   Tensor labels = Tensor::rand({5}, DType::i64, 4, 0.0, 7.0);
-  auto r = driver::run(*ce.kernel, {logits, labels}, "cpu", config::Config());
+  auto r = api::run(*ce.kernel, {logits, labels}, "cpu", config::Config());
   EXPECT_TRUE(allclose(r.outputs[0], ce.reference({logits, labels})[0], 1e-5, 1e-5).close);
 }
 
@@ -404,7 +404,7 @@ TEST(KernelErrors, PinnedConfigWithAnIllegalBlockSize) {
 TEST(KernelErrors, GivenConfigWithAnIllegalBlockSize) {
   const auto& add = examples::find("add");
   auto e = error_of<ConfigError>([&] {
-    driver::run(*add.kernel, {x57, x57}, "cpu", config::Config::parse(R"({"block_t1": 6})"));
+    api::run(*add.kernel, {x57, x57}, "cpu", config::Config::parse(R"({"block_t1": 6})"));
   });
   EXPECT_TRUE(mentions(e, "'block_t1'"));
   EXPECT_TRUE(mentions(e, "legal values"));

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include "api/api.h"
 #include "catalogue.h"
 #include "catalogue_case.h"
 #include "driver/driver.h"
@@ -56,7 +57,7 @@ TEST_P(KernelTest, DefaultConfigMatchesReference) {
   const Case& c = GetParam();
   const auto& e = examples::find(c.kernel);
   auto args = e.inputs(c.shape, c.dtype, 7);
-  auto r = driver::run(*e.kernel, args, "cpu", e.kernel->options().config.empty()
+  auto r = api::run(*e.kernel, args, "cpu", e.kernel->options().config.empty()
                                                    ? std::optional<config::Config>(config::Config())
                                                    : std::nullopt);
   expect_matches(e, args, r.outputs, "default config " + r.config.dump());
@@ -77,7 +78,7 @@ TEST_P(KernelTest, RandomConfigsMatchReference) {
       continue;  // does not fit: the tuner would prune it too
     }
     ++tried;
-    auto r = driver::run(*e.kernel, args, "cpu", cfg);
+    auto r = api::run(*e.kernel, args, "cpu", cfg);
     expect_matches(e, args, r.outputs, "config " + cfg.dump());
   }
   EXPECT_GT(tried, 0) << "no random config fitted";

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "api/api.h"
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/refine.h"
 #include "deuteron/deuteron.h"
@@ -21,7 +22,7 @@ using Fn = std::function<double(int64_t i, int64_t j)>;
 // Runs `k` with `args` and checks output `which` (2-D [m, n]) against `want(i, j)`.
 void expect_2d(const KernelBase& k, const std::vector<Arg>& args, const Fn& want, size_t which = 0,
                const std::optional<config::Config>& cfg = std::nullopt, double tol = 1e-5) {
-  auto r = driver::run(k, args, "cpu", cfg ? cfg : std::optional<config::Config>(config::Config()));
+  auto r = api::run(k, args, "cpu", cfg ? cfg : std::optional<config::Config>(config::Config()));
   const Tensor& out = r.outputs.at(which);
   int64_t m = out.size(0), n = out.dim() > 1 ? out.size(1) : 1;
   int bad = 0;
@@ -178,7 +179,7 @@ TEST(Language, ReductionOverTiledDimWithPartialBlocks) {
   for (auto shape : kShapes) {
     int64_t m = shape[0], n = shape[1];
     Tensor x = Tensor::rand(shape, DType::f32, 6);
-    auto r = driver::run(k, {x}, "cpu", sized(k, {x}, {{"block_t0", 8}, {"block_t1", 16}}));
+    auto r = api::run(k, {x}, "cpu", sized(k, {x}, {{"block_t0", 8}, {"block_t1", 16}}));
     for (int64_t j = 0; j < n; ++j) {
       double s = 0;
       for (int64_t i = 0; i < m; ++i) s += x.get(i * n + j);
@@ -200,7 +201,7 @@ TEST(Language, ViewsTransposeExpandReshape) {
     return std::make_tuple(t, e);
   });
   for (auto shape : kShapes) {
-    int64_t m = shape[0], n = shape[1];
+    int64_t n = shape[1];
     Tensor x = Tensor::rand(shape, DType::f32, 7);
     auto X = [&](int64_t i, int64_t j) { return x.get(i * n + j); };
     expect_2d(k, {x}, [&](auto i, auto j) { return 2 * X(j, i); }, 0);
@@ -393,7 +394,7 @@ TEST(Language, AtomicAddAcrossGridSteps) {
       cfg.set("num_threads", 2);
       // Twice through the same compiled kernel: a second launch must not add onto the first.
       for (int launch = 0; launch < 2; ++launch) {
-        auto r = driver::run(k, {x}, "cpu", cfg);
+        auto r = api::run(k, {x}, "cpu", cfg);
         for (int64_t j = 0; j < s[1]; ++j) {
           double want = 0;
           for (int64_t i = 0; i < s[0]; ++i) want += x.get(i * s[1] + j);
@@ -401,8 +402,11 @@ TEST(Language, AtomicAddAcrossGridSteps) {
         }
         EXPECT_EQ(r.outputs[1].get(0), double(s[0] * s[1])) << r.config.dump();
         int64_t bm = r.config.has("block_t0") ? r.config.integer("block_t0") : s[0];
-        for (int64_t i = 0; i < s[0]; ++i)
-          if (i % bm != 0) EXPECT_EQ(r.outputs[2].get(i), 7.5) << "row " << i << " " << r.config.dump();
+        for (int64_t i = 0; i < s[0]; ++i) {
+          if (i % bm != 0) {
+            EXPECT_EQ(r.outputs[2].get(i), 7.5) << "row " << i << " " << r.config.dump();
+          }
+        }
       }
     }
   }

@@ -15,9 +15,11 @@
 #include <map>
 #include <optional>
 
+#include "api/api.h"
 #include "backends/pallas/backend.h"
 #include "backends/pallas/codegen.h"
 #include "backends/pallas/npy.h"
+#include "backends/registry.h"
 #include "catalogue.h"
 #include "catalogue_case.h"
 #include "driver/driver.h"
@@ -119,7 +121,7 @@ TEST_P(PallasRun, MatchesReference) {
   std::vector<Arg> args = e.inputs(c.shape, c.dtype, 5);
   driver::Specialized s = specialize(*e.kernel, args);
   config::Config cfg = fit(s, kBlocks.at(c.kernel));
-  driver::RunResult r = driver::run(*e.kernel, args, "pallas", cfg);
+  api::RunResult r = api::run(*e.kernel, args, "pallas", cfg);
   EXPECT_EQ(r.origin, "given");
   expect_matches(e.reference(args), r.outputs, "config " + r.config.dump());
   ASSERT_TRUE(r.exe);
@@ -150,7 +152,7 @@ TEST_F(PallasTarget, AddWithSwappedGridOrder) {
   std::string module = s.backend->emit(driver::lower(s, cfg));
   EXPECT_TRUE(contains(module, "grid=(3, 9),")) << module;
   EXPECT_TRUE(contains(module, "lambda t1, t0: (t0, t1)")) << module;
-  driver::RunResult r = driver::run(*e.kernel, args, "pallas", cfg);
+  api::RunResult r = api::run(*e.kernel, args, "pallas", cfg);
   expect_matches(e.reference(args), r.outputs, "config " + r.config.dump());
 }
 
@@ -175,7 +177,7 @@ TEST_F(PallasTarget, MasksReductionsOverPartialBlocks) {
   config::Config cfg = fit(s, {{"block_t0", 8}, {"block_t1", bn}});
   std::string module = s.backend->emit(driver::lower(s, cfg));
   EXPECT_TRUE(contains(module, "valid_t1 = ")) << module;
-  driver::RunResult r = driver::run(block_max, args, "pallas", cfg);
+  api::RunResult r = api::run(block_max, args, "pallas", cfg);
   std::vector<double> want(size_t(m * n));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j0 = 0; j0 < n; j0 += bn) {
@@ -203,7 +205,7 @@ TEST_F(PallasTarget, AtomicAddAccumulatesInARevisitedBlock) {
     EXPECT_TRUE(contains(module, "out1_ref[...] += ")) << module;
     EXPECT_TRUE(contains(module, "@pl.when(pl.program_id(0) == 0)")) << module;
     EXPECT_TRUE(contains(module, "dimension_semantics=(\"arbitrary\",)")) << module;
-    driver::RunResult r = driver::run(*e.kernel, args, "pallas", cfg);
+    api::RunResult r = api::run(*e.kernel, args, "pallas", cfg);
     expect_matches(e.reference(args), r.outputs, "config " + r.config.dump());
   }
 }
@@ -235,7 +237,7 @@ TEST_F(PallasTarget, RevisitedBlocksNeedTheirAxisInnermost) {
   EXPECT_EQ(s.backend->adjust_default(s.space, s.space.default_config(), s.ir).values().at("grid_order"),
             config::Json::array({1, 0}));
   cfg.set("grid_order", config::Json::array({1, 0}));
-  driver::RunResult r = driver::run(column_sums, args, "pallas", cfg);
+  api::RunResult r = api::run(column_sums, args, "pallas", cfg);
   Tensor want = Tensor::empty({300}, DType::f32);
   for (int64_t j = 0; j < 300; ++j) {
     double sum = 0;
@@ -367,7 +369,7 @@ TEST_F(PallasTarget, RejectsInnerTileLoopsByName) {
     EXPECT_TRUE(contains(err.message(), "softmax_two_pass")) << err.what();
     EXPECT_FALSE(err.where().empty()) << err.what();
   }
-  EXPECT_THROW(driver::run(*e.kernel, args, "pallas"), CompileError);
+  EXPECT_THROW(api::run(*e.kernel, args, "pallas"), CompileError);
 }
 
 // The space's heuristic default is CPU-minded (e.g. 4-row blocks); the target's adjust_default

@@ -26,13 +26,16 @@ struct Outputs : std::vector<Tensor> {
   operator Tensor() const;  // NOLINT: implicit, so `Tensor z = add(x, y);` reads naturally
 };
 
+// Every member has an initializer, so `KernelOptions{.effort = "none"}` is quiet under -Wextra.
 struct KernelOptions {
   // A config to use for every shape, as JSON (as printed by `deuteron tune`); pins it.
-  std::string config;
+  std::string config = {};
   // Autotuning effort on the first call for a new shape: "none", "quick" or "full".
   std::string effort = "quick";
+  // The time tuning a new shape may take, in seconds; 0: the effort's (quick 50, full 600).
+  double tune_budget_s = 0;
   // Names of the arguments, for readable generated code and errors (optional).
-  std::vector<std::string> arg_names;
+  std::vector<std::string> arg_names = {};
 };
 
 namespace hl::detail {
@@ -53,7 +56,8 @@ class KernelBase {
   const std::source_location& location() const { return loc_; }
   // Runs the lambda on symbolic arguments (used by the frontend).
   void trace_body() const { trace_(); }
-  // Specialises, picks a config (pinned, cached or tuned), compiles and runs on the CPU.
+  // Specialises, picks a config (pinned, cached or tuned), compiles and runs on the default
+  // target (the first built in: cpu).
   Outputs run(const std::vector<Arg>& args) const;
 
  private:

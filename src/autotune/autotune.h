@@ -16,8 +16,8 @@
 //   cache        cache.h; the tuning process holds a lock file so that two processes tuning
 //                the same kernel and shape do it once
 //
-// The driver calls the tuner through a hook (driver::set_tune_hook) so that it does not
-// depend on this layer; install() sets it, and linking this library's tuner sets it too.
+// The layer above (api/api.h) calls choose() for a kernel's first call of a shape; the target's
+// side of tuning is its harness (backends/harness.h).
 #pragma once
 
 #include <cstdint>
@@ -100,18 +100,15 @@ struct TuneResult {
 // bad options, RuntimeError when no candidate at all ran correctly (then nothing is cached).
 TuneResult tune(const driver::Specialized& s, const TuneOptions& options = {});
 
-// The driver's tune hook: the cache, else tuning with `effort` ($DEUTERON_AUTOTUNE_SEARCH,
-// _SEED, _PROGRESS and DEUTERON_AUTOTUNE_RETUNE=1 apply). Never throws: when tuning fails it
-// says why on stderr and returns the default config.
+// A kernel call's config: the cache, else tuning with `effort` within the kernel's
+// tune_budget_s ($DEUTERON_AUTOTUNE_SEARCH, _SEED, _PROGRESS and DEUTERON_AUTOTUNE_RETUNE=1
+// apply). Never throws: when tuning fails it says why on stderr and returns the default config.
 driver::Choice choose(const driver::Specialized& s, const std::string& effort);
 
 // The config the cache holds for s, if any; never tunes.
 std::optional<config::Config> cached(const driver::Specialized& s);
 // Whether the tuner can time kernels on `target` (it has a harness for it).
 bool can_tune(const std::string& target);
-
-// Installs choose() as the driver's tune hook. Idempotent.
-void install();
 
 // Forgets what this process read from the cache and which corrupt entries it reported (as a
 // new process would). For tests.

@@ -28,10 +28,10 @@
 
 #include "autotune/autotune.h"
 #include "autotune/cache.h"
-#include "autotune/harness.h"
 #include "autotune/process.h"
 #include "autotune/progress.h"
 #include "autotune/search.h"
+#include "backends/registry.h"
 #include "deuteron/error.h"
 #include "runtime/disk_cache.h"
 #include "runtime/machine_load.h"
@@ -274,7 +274,7 @@ std::string now_text() {
 
 class Tuner {
  public:
-  Tuner(const driver::Specialized& s, const TuneOptions& o, Harness& h, const CacheKey& key)
+  Tuner(const driver::Specialized& s, const TuneOptions& o, backends::Harness& h, const CacheKey& key)
       : s_(s), o_(o), harness_(h), key_(key), budget_(budget_for(o.effort)), inject_(o.inject) {
     if (o.time_budget_s > 0) budget_.time_s = o.time_budget_s;
     if (o.max_candidates > 0) budget_.max_candidates = o.max_candidates;
@@ -340,7 +340,7 @@ class Tuner {
 
   const driver::Specialized& s_;
   const TuneOptions& o_;
-  Harness& harness_;
+  backends::Harness& harness_;
   CacheKey key_;
   Budget budget_;
   Injection inject_;
@@ -480,17 +480,16 @@ void Tuner::start_compile(int id) {
   Eval& e = evals_[size_t(id)];
   ++started_;
   e.c.status = Candidate::Status::Skipped;
-  const driver::Specialized& s = s_;
-  const Harness& h = harness_;
+  const backends::Harness& h = harness_;
   const plan::Plan& plan = e.plan;
   std::string inject = e.inject;
-  proc::Forked f = proc::fork_child([&s, &h, &plan, inject](int fd) {
+  proc::Forked f = proc::fork_child([&h, &plan, inject](int fd) {
     if (inject == "compile_crash") *static_cast<volatile int*>(nullptr) = 1;
     if (inject == "compile_hang")
       for (;;) pause();
     Json out;
     try {
-      Prepared p = h.compile(s, plan);
+      backends::Prepared p = h.compile(plan);
       out = {{"ok", true}, {"line", p.kernel_line}, {"compiled", p.compiled}, {"seconds", p.compile_seconds}};
     } catch (const std::exception& ex) {
       out = {{"ok", false}, {"error", ex.what()}};
@@ -1073,8 +1072,11 @@ TuneResult tune(const driver::Specialized& s, const TuneOptions& options) {
     r.effort = "none";
     return r;
   }
-  std::unique_ptr<Harness> harness = harness_for(s.backend->name());
-  CacheKey key = make_key(s, harness->hardware_fingerprint(s));
+  std::unique_ptr<backends::Harness> harness = s.backend->harness();
+  if (!harness)
+    throw ArgumentError(fmt::format("the autotuner cannot time kernels on the '{}' target yet", s.backend->name()),
+                        "", "pin a config (KernelOptions{.config = ...}) or tune on another target");
+  CacheKey key = make_key(s, harness->hardware_fingerprint(s.limits));
   if (o.read_cache)
     if (auto e = lookup(key, s)) return from_entry(*e);
 
@@ -1132,15 +1134,16 @@ TuneResult tune(const driver::Specialized& s, const TuneOptions& options) {
 }
 
 std::optional<config::Config> cached(const driver::Specialized& s) {
-  if (!can_tune(s.backend->name())) return std::nullopt;
-  std::unique_ptr<Harness> harness = harness_for(s.backend->name());
-  if (auto e = lookup(make_key(s, harness->hardware_fingerprint(s)), s)) return e->config;
+  std::unique_ptr<backends::Harness> harness = s.backend->harness();
+  if (!harness) return std::nullopt;
+  if (auto e = lookup(make_key(s, harness->hardware_fingerprint(s.limits)), s)) return e->config;
   return std::nullopt;
 }
 
 driver::Choice choose(const driver::Specialized& s, const std::string& effort) {
   TuneOptions o;
   o.effort = effort;
+  o.time_budget_s = s.kernel->options().tune_budget_s;
   if (std::string v = env("DEUTERON_AUTOTUNE_SEARCH"); !v.empty()) o.search = v;
   if (std::string v = env("DEUTERON_AUTOTUNE_SEED"); !v.empty()) o.seed = std::strtoull(v.c_str(), nullptr, 10);
   if (std::string v = env("DEUTERON_AUTOTUNE_PROGRESS"); !v.empty()) o.progress = v;
@@ -1163,22 +1166,7 @@ driver::Choice choose(const driver::Specialized& s, const std::string& effort) {
   }
 }
 
-void install() { driver::set_tune_hook(&choose); }
-
-namespace {
-// Linking the tuner installs it: every program that links this object (the CLI, the tests, a
-// program that calls tune()) gets the hook before main. A program that only calls kernels
-// links it through the anchor below (see the report on issue 3: the library is a static
-// archive, so nothing else would pull this object in).
-const bool g_installed = (install(), true);
-}  // namespace
-
-}  // namespace deuteron::autotune
-
-// The anchor: `-Wl,--undefined=deuteron_autotune_anchor` makes the linker take this object.
-extern "C" int deuteron_autotune_anchor() { return deuteron::autotune::g_installed ? 1 : 0; }
-
-namespace deuteron::autotune {
+bool can_tune(const std::string& target) { return backends::get(target).harness() != nullptr; }
 
 void clear_memory_cache() {
   std::lock_guard lock(g_mu);

@@ -3,9 +3,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "backends/harness.h"
 #include "config/config.h"
 #include "deuteron/tensor.h"
 #include "plan/plan.h"
@@ -21,6 +25,14 @@ class Executable {
   bool compiled = false;  // this process invoked the target's compiler for it
   double compile_seconds = 0;
   std::string source_path;
+};
+
+// The peak rates a target's kernels are judged against, and the hardware they were measured on.
+struct Roofline {
+  std::string hardware;   // one line: model, cores, vector width, fast memory
+  nlohmann::json details;  // the same as fields, for --json
+  double peak_gflops = 0, peak_gflops_1core = 0;  // f32 FMA, all cores and one
+  double copy_gbps = 0, copy_gbps_1core = 0;      // large-array copy, bytes read + written
 };
 
 class Backend {
@@ -53,10 +65,13 @@ class Backend {
   }
   virtual std::string emit(const plan::Plan& p) const = 0;
   virtual std::unique_ptr<Executable> compile(const plan::Plan& p) const = 0;
+  // How the autotuner times this target's candidates; nullptr: it cannot (defaults are used).
+  virtual std::unique_ptr<Harness> harness() const { return nullptr; }
+  // Measured once per machine and cached (remeasure: now); nullopt: this target has none.
+  virtual std::optional<Roofline> roofline(bool remeasure) const {
+    (void)remeasure;
+    return std::nullopt;
+  }
 };
-
-// The target named `name` ("cpu", "pallas", ...); throws ArgumentError listing the known ones.
-const Backend& get(const std::string& name);
-std::vector<std::string> names();
 
 }  // namespace deuteron::backends

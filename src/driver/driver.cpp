@@ -1,21 +1,17 @@
 #include "driver/driver.h"
 
 #include <algorithm>
-#include <cstdlib>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "backends/registry.h"
 #include "deuteron/error.h"
 #include "passes/passes.h"
 
 namespace deuteron::driver {
 
 namespace {
-TuneHook& tune_hook() {
-  static TuneHook hook;
-  return hook;
-}
 std::mutex& cache_mutex() {
   static std::mutex m;
   return m;
@@ -53,8 +49,6 @@ void fit_default(Specialized& s) {
     if (c == before) return;  // the target undoes the shrink: nothing fits
   }
 }
-
-void set_tune_hook(TuneHook hook) { tune_hook() = std::move(hook); }
 
 Specialized specialize(const KernelBase& k, const std::vector<frontend::ArgSpec>& args,
                        const std::string& target, std::optional<config::TargetLimits> limits) {
@@ -98,18 +92,13 @@ config::Config complete(const Specialized& s, const config::Config& c) {
   }
 }
 
-Choice choose_config(const Specialized& s) {
-  if (!s.kernel->options().config.empty()) {
-    try {
-      return {s.space.complete(config::Config::parse(s.kernel->options().config)), "pinned", false};
-    } catch (const ConfigError& e) {
-      rethrow_for(s, e, "the config pinned in its definition is unusable: ");
-    }
+std::optional<config::Config> pinned_config(const Specialized& s) {
+  if (s.kernel->options().config.empty()) return std::nullopt;
+  try {
+    return s.space.complete(config::Config::parse(s.kernel->options().config));
+  } catch (const ConfigError& e) {
+    rethrow_for(s, e, "the config pinned in its definition is unusable: ");
   }
-  std::string effort = s.kernel->options().effort;
-  if (const char* e = std::getenv("DEUTERON_AUTOTUNE_EFFORT")) effort = e;
-  if (effort != "none" && tune_hook()) return tune_hook()(s, effort);
-  return {s.space.default_config(), "default", false};
 }
 
 plan::Plan lower(const Specialized& s, const config::Config& c) {
@@ -154,65 +143,6 @@ std::shared_ptr<backends::Executable> executable(const Specialized& s, const con
   std::lock_guard<std::mutex> lock(cache_mutex());
   cache[key] = exe;
   return exe;
-}
-
-}  // namespace deuteron::driver
-
-namespace deuteron {
-
-Outputs KernelBase::run(const std::vector<Arg>& args) const {
-  auto specs = frontend::describe_args(*this, args);
-  // Traces are cheap but not free: keep the specialisations this kernel has seen.
-  static std::mutex m;
-  static std::map<std::string, std::shared_ptr<driver::Specialized>> seen;
-  std::string key = fmt::format("{}@{}:{}|{}", name(), location().file_name(), location().line(),
-                                frontend::specialization_key(specs));
-  std::shared_ptr<driver::Specialized> s;
-  std::shared_ptr<driver::Choice> choice;
-  static std::map<std::string, std::shared_ptr<driver::Choice>> choices;
-  {
-    std::lock_guard<std::mutex> lock(m);
-    if (seen.count(key)) {
-      s = seen[key];
-      choice = choices[key];
-    }
-  }
-  if (!s) {
-    s = std::make_shared<driver::Specialized>(driver::specialize(*this, specs, "cpu"));
-    choice = std::make_shared<driver::Choice>(driver::choose_config(*s));
-    std::lock_guard<std::mutex> lock(m);
-    seen[key] = s;
-    choices[key] = choice;
-  }
-  auto exe = driver::executable(*s, choice->config);
-  driver::Bound b = driver::bind_args(*s, args);
-  exe->run(b.tensors, b.scalars);
-  return b.outputs;
-}
-
-}  // namespace deuteron
-
-namespace deuteron::driver {
-
-RunResult run(const KernelBase& k, const std::vector<Arg>& args, const std::string& target,
-              const std::optional<config::Config>& config) {
-  Specialized s = specialize(k, frontend::describe_args(k, args), target);
-  RunResult r;
-  if (config) {
-    r.config = complete(s, *config);
-    r.origin = "given";
-  } else {
-    Choice c = choose_config(s);
-    r.config = c.config;
-    r.origin = c.origin;
-    r.tuned = c.tuned;
-  }
-  r.exe = executable(s, r.config);
-  r.compiled = r.exe->compiled;
-  r.bound = bind_args(s, args);
-  r.exe->run(r.bound.tensors, r.bound.scalars);
-  r.outputs = r.bound.outputs;
-  return r;
 }
 
 }  // namespace deuteron::driver

@@ -1,5 +1,7 @@
-// The driver: one kernel call from arguments to results, through every layer in order:
-// frontend (trace) -> passes -> config (space, choice) -> plan -> backend (compile) -> run.
+// The driver: a kernel through the compiler's layers for one target and config, in order:
+// frontend (trace) -> passes -> config (space) -> plan -> backend (compile) -> bound arguments.
+// The autotuner builds on it to time candidates; choosing the config is the top layer's
+// (api/api.h).
 #pragma once
 
 #include <map>
@@ -41,12 +43,9 @@ struct Choice {
   bool tuned = false;  // this process ran the autotuner
 };
 
-// How a config is chosen when the caller does not give one: the kernel's pinned config, else
-// the tuner's cache, else tuning (effort from the options, DEUTERON_AUTOTUNE_EFFORT overrides).
-// The tuner is plugged in by the autotune layer (a hook, so the driver does not depend on it).
-using TuneHook = std::function<Choice(const Specialized&, const std::string& effort)>;
-void set_tune_hook(TuneHook hook);
-Choice choose_config(const Specialized& s);
+// The config pinned in the kernel's definition, completed; nullopt when it pins none. A pinned
+// config that does not fit the space is a ConfigError naming the kernel.
+std::optional<config::Config> pinned_config(const Specialized& s);
 
 // The space's completion of `c` (missing tunables take defaults); errors name the kernel.
 config::Config complete(const Specialized& s, const config::Config& c);
@@ -62,22 +61,5 @@ Bound bind_args(const Specialized& s, const std::vector<Arg>& args);
 
 // The compiled kernel for a specialisation and config, cached in memory for the process.
 std::shared_ptr<backends::Executable> executable(const Specialized& s, const config::Config& c);
-
-}  // namespace deuteron::driver
-
-namespace deuteron::driver {
-
-// One call with an explicit target and (optionally) config; what the CLI and tests use.
-struct RunResult {
-  Outputs outputs;
-  config::Config config;
-  std::string origin;
-  bool compiled = false;
-  bool tuned = false;
-  std::shared_ptr<backends::Executable> exe;
-  Bound bound;
-};
-RunResult run(const KernelBase& k, const std::vector<Arg>& args, const std::string& target,
-              const std::optional<config::Config>& config = std::nullopt);
 
 }  // namespace deuteron::driver

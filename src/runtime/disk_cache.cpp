@@ -133,4 +133,16 @@ std::string hash_hex(std::string_view bytes) {
   return out;
 }
 
+fs::path resource_dir(std::string_view kind,
+                      const std::vector<std::pair<std::string_view, std::string_view>>& files) {
+  std::string all;
+  for (const auto& [name, text] : files)
+    all.append(name).append("\n").append(std::to_string(text.size())).append("\n").append(text);
+  fs::path dir = cache_root() / "resources" / (std::string(kind) + "-" + hash_hex(all).substr(0, 16));
+  std::error_code ec;
+  for (const auto& [name, text] : files)
+    if (!fs::exists(dir / name, ec)) atomic_write(dir / name, text);
+  return dir;
+}
+
 }  // namespace deuteron

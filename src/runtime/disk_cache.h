@@ -5,6 +5,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace deuteron {
 
@@ -20,6 +22,13 @@ void atomic_write(const std::filesystem::path& path, std::string_view bytes);
 // The whole file, or nullopt if it does not exist. Throws RuntimeError if it exists but
 // cannot be read.
 std::optional<std::string> read_file(const std::filesystem::path& path);
+
+// A directory cache_root()/resources/<kind>-<hash> holding `files` (name, contents): files the
+// library carries (a target's runtime headers, its Python runner) for programs it starts to
+// read. Named by the contents' hash, so processes carrying the same files share one copy and a
+// different build never sees stale ones. Written on first use, never rewritten.
+std::filesystem::path resource_dir(std::string_view kind,
+                                   const std::vector<std::pair<std::string_view, std::string_view>>& files);
 
 // XXH3-128 of `bytes` as 32 lowercase hex digits (stable across machines and runs).
 std::string hash_hex(std::string_view bytes);

@@ -7,12 +7,11 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "api/api.h"
 #include "autotune/autotune.h"
-#include "backends/cpu/compiler.h"
-#include "backends/cpu/hardware.h"
+#include "backends/registry.h"
 #include "catalogue.h"
 #include "commands.h"
-#include "driver/driver.h"
 
 namespace deuteron::cli {
 
@@ -68,8 +67,7 @@ int cmd_run(const RunOptions& o) {
   std::vector<int64_t> shape = pick_shape(e, o.shape, o.shapes, o.target);
   DType dt = pick_dtype(e, o.dtype);
   auto args = e.inputs(shape, dt, 1);
-  int compiles_before = cpu::compiler_invocations();
-  driver::RunResult r = driver::run(*e.kernel, args, o.target, pick_config(o.config));
+  api::RunResult r = api::run(*e.kernel, args, o.target, pick_config(o.config));
 
   // Correctness against the independent reference.
   std::vector<Tensor> want = e.reference(args);
@@ -97,12 +95,9 @@ int cmd_run(const RunOptions& o) {
   double med = median(ms);
   double bytes = e.bytes(shape, dt), flops = e.flops(shape);
   double gbps = bytes / (med * 1e-3) / 1e9, gflops = flops / (med * 1e-3) / 1e9;
-  double fraction = 0;
-  if (o.target == "cpu") {
-    cpu::Roofline roof = cpu::roofline();
-    fraction = e.compute_bound ? gflops / roof.peak_gflops : gbps / roof.copy_gbps;
-  }
-  bool compiled = cpu::compiler_invocations() > compiles_before;
+  std::optional<backends::Roofline> roof = backends::get(o.target).roofline(false);
+  double fraction = !roof ? 0 : e.compute_bound ? gflops / roof->peak_gflops : gbps / roof->copy_gbps;
+  bool compiled = r.compiled;
 
   if (o.json) {
     Json j = {{"kernel", e.name},     {"target", o.target},       {"shape", shape},
@@ -117,7 +112,7 @@ int cmd_run(const RunOptions& o) {
                correct ? "correct" : "WRONG");
     fmt::print("  max abs error vs reference: {:.3g}\n", max_err);
     fmt::print("  median {:.3f} ms over {} runs: {:.1f} GB/s, {:.1f} GFLOP/s", med, ms.size(), gbps, gflops);
-    if (o.target == "cpu") fmt::print(", {:.0f}% of the {} roofline", 100 * fraction, e.compute_bound ? "FMA" : "copy-bandwidth");
+    if (roof) fmt::print(", {:.0f}% of the {} roofline", 100 * fraction, e.compute_bound ? "FMA" : "copy-bandwidth");
     fmt::print("\n  config ({}): {}\n  compiled: {}, tuned: {}\n", r.origin, r.config.dump(),
                compiled ? "yes" : "no (cache)", r.tuned ? "yes" : "no");
   }
@@ -140,8 +135,8 @@ int cmd_emit(const RunOptions& o, bool ir, bool plan) {
     if (auto cfg = pick_config(o.config)) {
       c = driver::complete(s, *cfg);
       origin = "given";
-    } else if (!e.kernel->options().config.empty()) {
-      c = driver::choose_config(s).config;
+    } else if (auto pinned = driver::pinned_config(s)) {
+      c = *pinned;
       origin = "pinned";
     } else if (auto cached = autotune::cached(s)) {
       c = *cached;
@@ -181,18 +176,17 @@ int cmd_list(bool json) {
 }
 
 int cmd_roofline(bool json, bool remeasure) {
-  cpu::Roofline r = cpu::roofline(remeasure);
-  const cpu::CpuInfo& info = cpu::cpu_info();
+  const std::string& target = backends::default_target();
+  std::optional<backends::Roofline> roof = backends::get(target).roofline(remeasure);
+  if (!roof) throw ArgumentError(fmt::format("the {} target has no roofline", target));
+  const backends::Roofline& r = *roof;
   if (json) {
-    std::cout << Json{{"cpu", info.model_name},           {"cores", info.cores},
-                      {"peak_gflops", r.peak_gflops},     {"peak_gflops_1core", r.peak_gflops_1core},
-                      {"copy_gbps", r.copy_gbps},         {"copy_gbps_1core", r.copy_gbps_1core},
-                      {"l2_bytes", info.l2_bytes},        {"simd_bytes", info.simd_bytes}}
-                     .dump()
-              << "\n";
+    Json j = r.details;
+    j.update({{"peak_gflops", r.peak_gflops}, {"peak_gflops_1core", r.peak_gflops_1core},
+              {"copy_gbps", r.copy_gbps}, {"copy_gbps_1core", r.copy_gbps_1core}});
+    std::cout << j.dump() << "\n";
   } else {
-    fmt::print("{} ({} cores, {}-bit SIMD, L2 {} KiB per core)\n", info.model_name, info.cores,
-               info.simd_bytes * 8, info.l2_bytes / 1024);
+    fmt::print("{}\n", r.hardware);
     fmt::print("  f32 FMA peak: {:.1f} GFLOP/s ({:.1f} on one core)\n", r.peak_gflops, r.peak_gflops_1core);
     fmt::print("  copy bandwidth: {:.1f} GB/s ({:.1f} on one core)\n", r.copy_gbps, r.copy_gbps_1core);
   }

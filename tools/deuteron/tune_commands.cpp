@@ -247,9 +247,6 @@ int cmd_cache_clear(const std::string& what, bool all) {
 }  // namespace
 
 void add_tune_commands(CLI::App& app) {
-  // The CLI's kernels tune on first use of a shape (`deuteron run` without --config).
-  autotune::install();
-
   static TuneCli o;
   CLI::App* tune = app.add_subcommand("tune", "autotune a catalogue kernel for a shape and cache the best config");
   tune->add_option("kernel", o.kernel, "kernel name (see `deuteron list`)")->required();

@@ -11,15 +11,25 @@
 #include "backends/cpu/refine.h"
 #include "backends/cpu/space.h"
 #include "deuteron/error.h"
+#include "runtime/disk_cache.h"
+
+namespace deuteron::embedded {
+// The runtime headers (runtime/*.h), carried by the library (CMakeLists.txt: deuteron_embed).
+extern const std::string_view deuteron_cpu_h, deuteron_gemm_h;
+}  // namespace deuteron::embedded
 
 namespace deuteron::cpu {
 
 namespace {
 
-// Where deuteron_cpu.h lives: $DEUTERON_CPU_RUNTIME_DIR, else the source tree it was built from.
+// Where the generated code finds deuteron_cpu.h: $DEUTERON_CPU_RUNTIME_DIR (a folder to edit
+// them in), else the library's own copy written into the cache, so kernels compile wherever
+// the library was built, installed or linked.
 std::string runtime_dir() {
   if (const char* d = std::getenv("DEUTERON_CPU_RUNTIME_DIR")) return d;
-  return std::string(DEUTERON_SOURCE_DIR) + "/src/backends/cpu/runtime";
+  return resource_dir("cpu-runtime", {{"deuteron_cpu.h", embedded::deuteron_cpu_h},
+                                      {"deuteron_gemm.h", embedded::deuteron_gemm_h}})
+      .string();
 }
 
 using KernelFn = void(void* const*, const double*, char*, long, int64_t*);
@@ -71,6 +81,21 @@ void CpuBackend::extend_space(const ir::Kernel& k, const config::TargetLimits& l
   cpu::extend_space(k, limits, space);
 }
 
+std::optional<backends::Roofline> CpuBackend::roofline(bool remeasure) const {
+  const CpuInfo& info = cpu_info();
+  Roofline r = cpu::roofline(remeasure);
+  backends::Roofline out;
+  out.hardware = fmt::format("{} ({} cores, {}-bit SIMD, L2 {} KiB per core)", info.model_name, info.cores,
+                             info.simd_bytes * 8, info.l2_bytes / 1024);
+  out.details = {{"cpu", info.model_name}, {"cores", info.cores}, {"l2_bytes", info.l2_bytes},
+                 {"simd_bytes", info.simd_bytes}};
+  out.peak_gflops = r.peak_gflops;
+  out.peak_gflops_1core = r.peak_gflops_1core;
+  out.copy_gbps = r.copy_gbps;
+  out.copy_gbps_1core = r.copy_gbps_1core;
+  return out;
+}
+
 void CpuBackend::refine(plan::Plan& p, const config::TargetLimits& limits) const {
   CpuPlan c = cpu::refine(p, limits);
   p.fast_memory_bytes = c.fast_memory_bytes;
@@ -98,5 +123,7 @@ std::unique_ptr<backends::Executable> CpuBackend::compile(const plan::Plan& base
   exe->source_path = r.source_path.string();
   return exe;
 }
+
+std::unique_ptr<backends::Backend> make_backend() { return std::make_unique<CpuBackend>(); }
 
 }  // namespace deuteron::cpu

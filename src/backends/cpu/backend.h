@@ -17,6 +17,13 @@ class CpuBackend : public backends::Backend {
   std::string describe(const plan::Plan& p) const override;
   std::string emit(const plan::Plan& p) const override;
   std::unique_ptr<backends::Executable> compile(const plan::Plan& p) const override;
+  // deuteron-runner (harness.cpp).
+  std::unique_ptr<backends::Harness> harness() const override;
+  // FMA peak and copy bandwidth (hardware.h: roofline).
+  std::optional<backends::Roofline> roofline(bool remeasure) const override;
 };
+
+// The registry's entry for this target (backends/registry.h).
+std::unique_ptr<backends::Backend> make_backend();
 
 }  // namespace deuteron::cpu

@@ -16,6 +16,11 @@
 #include "runtime/disk_cache.h"
 #include "runtime/process.h"
 
+namespace deuteron::embedded {
+// python/deuteron_pallas_runner.py, carried by the library (CMakeLists.txt: deuteron_embed).
+extern const std::string_view deuteron_pallas_runner_py;
+}  // namespace deuteron::embedded
+
 namespace deuteron::pallas {
 
 namespace fs = std::filesystem;
@@ -179,12 +184,15 @@ std::string file_stem(const std::string& name) {
 
 fs::path venv_dir() {
   if (const char* v = std::getenv("DEUTERON_VENV"); v && *v) return v;
-  return fs::path(DEUTERON_SOURCE_DIR) / ".venv";
+  return DEUTERON_DEFAULT_VENV;
 }
 
 fs::path python_path() { return venv_dir() / "bin" / "python"; }
 
-fs::path runner_path() { return fs::path(DEUTERON_SOURCE_DIR) / "python" / "deuteron_pallas_runner.py"; }
+fs::path runner_path() {
+  return resource_dir("pallas-runner", {{"deuteron_pallas_runner.py", embedded::deuteron_pallas_runner_py}}) /
+         "deuteron_pallas_runner.py";
+}
 
 std::string environment_problem() {
   if (::access(python_path().c_str(), X_OK) != 0)
@@ -192,8 +200,6 @@ std::string environment_problem() {
         "the pallas target needs the project's Python environment (jax and jaxlib, run in TPU "
         "interpret mode), but {} does not exist; run scripts/setup_python.sh{}",
         python_path().string(), std::getenv("DEUTERON_VENV") ? " (or fix $DEUTERON_VENV)" : "");
-  if (::access(runner_path().c_str(), R_OK) != 0)
-    return fmt::format("the pallas runner {} is missing from the source tree", runner_path().string());
   return "";
 }
 
@@ -285,5 +291,7 @@ std::unique_ptr<backends::Executable> PallasBackend::compile(const plan::Plan& p
   exe->compiled = fresh;
   return exe;
 }
+
+std::unique_ptr<backends::Backend> make_backend() { return std::make_unique<PallasBackend>(); }
 
 }  // namespace deuteron::pallas

@@ -44,12 +44,17 @@ class PallasBackend : public backends::Backend {
   std::string generation_;
 };
 
-// The virtual environment: $DEUTERON_VENV, else <source dir>/.venv.
+// The registry's entry for this target (backends/registry.h).
+std::unique_ptr<backends::Backend> make_backend();
+
+// The virtual environment: $DEUTERON_VENV, else the one scripts/setup_python.sh makes in the
+// source tree the library was built from (<source dir>/.venv).
 std::filesystem::path venv_dir();
-// <venv>/bin/python and <source dir>/python/deuteron_pallas_runner.py.
+// <venv>/bin/python, and the library's copy of python/deuteron_pallas_runner.py written into
+// the cache (runtime/disk_cache.h: resource_dir).
 std::filesystem::path python_path();
 std::filesystem::path runner_path();
-// Empty when both exist, else what is missing and how to fix it (run scripts/setup_python.sh).
+// Empty when the Python exists, else what is missing and how to fix it (run scripts/setup_python.sh).
 std::string environment_problem();
 
 }  // namespace deuteron::pallas

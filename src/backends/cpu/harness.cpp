@@ -1,5 +1,5 @@
-// The CPU target's harness: compile = the backend's compile (which fills the on-disk kernel
-// cache); run = deuteron-runner, built from cpu_runner_source.h into the cache on first use.
+// The CPU target's tuning harness: compile = the backend's compile (which fills the on-disk
+// kernel cache); run = deuteron-runner, built from runner_source.h into the cache on first use.
 #include <filesystem>
 #include <mutex>
 #include <sstream>
@@ -8,38 +8,39 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "autotune/cpu_runner_source.h"
-#include "autotune/autotune.h"
-#include "autotune/harness.h"
+#include "backends/cpu/backend.h"
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/compiler.h"
 #include "backends/cpu/hardware.h"
 #include "backends/cpu/refine.h"
+#include "backends/cpu/runner_source.h"
 #include "deuteron/error.h"
 #include "runtime/disk_cache.h"
 #include "runtime/process.h"
 
-namespace deuteron::autotune {
+namespace deuteron::cpu {
 
 namespace fs = std::filesystem;
 
 namespace {
 
-class CpuHarness : public Harness {
+class CpuHarness : public backends::Harness {
  public:
+  explicit CpuHarness(const CpuBackend& backend) : backend_(backend) {}
+
   void prepare_parent() override {
-    (void)cpu::cpu_info();
-    (void)cpu::compiler_identity(cpu::default_compiler());
+    (void)cpu_info();
+    (void)compiler_identity(default_compiler());
   }
 
-  Prepared compile(const driver::Specialized& s, const plan::Plan& p) const override {
-    std::unique_ptr<backends::Executable> exe = s.backend->compile(p);
+  backends::Prepared compile(const plan::Plan& p) const override {
+    std::unique_ptr<backends::Executable> exe = backend_.compile(p);
     // The backend caches <stem>.cpp and <stem>.so side by side (cpu/compiler.h); the entry
     // point's signature is documented in cpu/codegen.h.
     fs::path so = fs::path(exe->source_path).replace_extension(".so");
-    Prepared out;
+    backends::Prepared out;
     out.kernel_line = fmt::format("kernel {} {} {} {}", (p.fast_memory_bytes + 63) / 64 * 64,
-                                  std::max(threads(p), 1), cpu::entry_name(p), so.string());
+                                  std::max(threads(p), 1), entry_name(p), so.string());
     out.compiled = exe->compiled;
     out.compile_seconds = exe->compile_seconds;
     return out;
@@ -47,10 +48,10 @@ class CpuHarness : public Harness {
 
   std::vector<std::string> runner_command() override {
     std::lock_guard lock(mu_);
-    std::string compiler = cpu::default_compiler();
+    std::string compiler = default_compiler();
     std::vector<std::string> flags = {"-O2", "-std=c++17", "-fopenmp"};
     std::string key = hash_hex(fmt::format("deuteron-runner v1\n{}\n{}\n{}\n{}", compiler,
-                                           cpu::compiler_identity(compiler), fmt::join(flags, " "),
+                                           compiler_identity(compiler), fmt::join(flags, " "),
                                            kCpuRunnerSource));
     fs::path dir = cache_root() / "autotune" / "bin";
     fs::path exe = dir / ("deuteron-runner-" + key.substr(0, 16));
@@ -86,27 +87,21 @@ class CpuHarness : public Harness {
     return {exe.string()};
   }
 
-  int threads(const plan::Plan& p) const override { return cpu::refine(p).threads; }
+  int threads(const plan::Plan& p) const override { return refine(p).threads; }
 
-  std::string hardware_fingerprint(const driver::Specialized& s) const override {
-    const cpu::CpuInfo& info = cpu::cpu_info();
-    const config::TargetLimits& l = s.limits;
+  std::string hardware_fingerprint(const config::TargetLimits& l) const override {
+    const CpuInfo& info = cpu_info();
     return fmt::format("cpu {} | {} | cores {} | fast memory {}", info.model_name, info.features_key,
                        l.cores, l.fast_memory_bytes);
   }
 
  private:
+  const CpuBackend& backend_;
   std::mutex mu_;
 };
 
 }  // namespace
 
-bool can_tune(const std::string& target) { return target == "cpu"; }
+std::unique_ptr<backends::Harness> CpuBackend::harness() const { return std::make_unique<CpuHarness>(*this); }
 
-std::unique_ptr<Harness> harness_for(const std::string& target) {
-  if (target == "cpu") return std::make_unique<CpuHarness>();
-  throw ArgumentError(fmt::format("the autotuner cannot time kernels on the '{}' target yet", target), "",
-                      "pin a config (KernelOptions{.config = ...}) or tune on the cpu target");
-}
-
-}  // namespace deuteron::autotune
+}  // namespace deuteron::cpu

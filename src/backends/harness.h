@@ -1,20 +1,19 @@
-// What the tuner needs from a target beyond the Backend interface: how to turn a plan into
+// What the autotuner needs from a target beyond the Backend interface: how to turn a plan into
 // something a runner process can load (done in a forked compile worker), which program runs
-// and times candidates, and what identifies the hardware for the cache.
+// and times candidates, and what identifies the hardware for the cache. A target that can be
+// tuned returns one from Backend::harness().
 //
 // The runner protocol (tensors in shared memory, commands on stdin, samples on stdout) is
-// described in cpu_runner_source.h; a future Pallas or Triton harness would supply a Python
+// described in backends/cpu/runner_source.h; a Pallas or Triton harness would supply a Python
 // runner speaking the same protocol.
 #pragma once
 
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "driver/driver.h"
 #include "plan/plan.h"
 
-namespace deuteron::autotune {
+namespace deuteron::backends {
 
 struct Prepared {
   std::string kernel_line;  // the runner's "kernel ..." command for this candidate
@@ -29,16 +28,14 @@ class Harness {
   // CPU detection) that every worker would otherwise fill again.
   virtual void prepare_parent() {}
   // In a compile worker process: compiles the plan into the target's cache.
-  virtual Prepared compile(const driver::Specialized& s, const plan::Plan& p) const = 0;
+  virtual Prepared compile(const plan::Plan& p) const = 0;
   // The runner's command line (built into the cache on first use; throws CompileError).
   virtual std::vector<std::string> runner_command() = 0;
   // Cores a candidate keeps busy while it runs (the tuner pauses compiles that would share them).
   virtual int threads(const plan::Plan& p) const = 0;
-  // The hardware the timings are valid for (part of the cache key).
-  virtual std::string hardware_fingerprint(const driver::Specialized& s) const = 0;
+  // The hardware the timings are valid for, with the limits the kernel was specialised for
+  // (part of the cache key).
+  virtual std::string hardware_fingerprint(const config::TargetLimits& limits) const = 0;
 };
 
-// The harness of `target`; throws ArgumentError for targets the tuner cannot time yet.
-std::unique_ptr<Harness> harness_for(const std::string& target);
-
-}  // namespace deuteron::autotune
+}  // namespace deuteron::backends

@@ -1,7 +1,7 @@
 // Source of deuteron-runner, the program that runs and times candidate kernels of the CPU
 // target, one fresh process per candidate (see autotune/process.h for why a fresh process).
-// The autotuner compiles it on first use into the cache (cpu_harness.cpp) and starts it with
-// posix_spawn.
+// The CPU harness (harness.cpp) compiles it on first use into the cache; the autotuner starts
+// it with posix_spawn.
 //
 // Protocol, one command per line on stdin (a socket), answers on stdout:
 //   arena <fd> <bytes>                  shared memory holding every tensor (fd 3)
@@ -23,7 +23,7 @@
 // the machine's speed affects every kernel alike.
 #pragma once
 
-namespace deuteron::autotune {
+namespace deuteron::cpu {
 
 inline constexpr const char* kCpuRunnerSource = R"RUNNER(
 #include <dlfcn.h>
@@ -286,4 +286,4 @@ int main() {
 }
 )RUNNER";
 
-}  // namespace deuteron::autotune
+}  // namespace deuteron::cpu

@@ -1,0 +1,45 @@
+# The tests (CMakeLists.txt with DEUTERON_BUILD_TESTS), with ctest labels:
+#   unit      no generated kernel runs (tensors, plans, the runtime headers, the layer check)
+#   e2e       kernels compiled and run, checked against references; the CLI
+#   pallas    the Pallas target (its Python runner under TPU interpret mode)
+#   autotune  the autotuner
+#   consumer  projects that use the library: find_package and add_subdirectory
+# `ctest -L unit` runs one group, `ctest -LE consumer` all but one.
+find_package(GTest REQUIRED)
+enable_testing()
+include(GoogleTest)
+
+file(GLOB DEUTERON_TEST_SOURCES CONFIGURE_DEPENDS tests/*.cpp)
+add_executable(deuteron_tests ${DEUTERON_TEST_SOURCES})
+target_link_libraries(deuteron_tests PRIVATE deuteron_examples GTest::gtest GTest::gtest_main)
+target_include_directories(deuteron_tests PRIVATE src ${DLPACK_INCLUDE})
+deuteron_warnings(deuteron_tests)
+# The micro-kernel tests compile deuteron_gemm.h without -mavx; GCC then notes (unsuppressibly
+# by pragma) that 32-byte vector arguments changed ABI in GCC 4.6. Nothing there crosses an ABI.
+set_source_files_properties(tests/test_gemm_runtime.cpp tests/test_gemm_pairs.cpp PROPERTIES COMPILE_OPTIONS -Wno-psabi)
+
+# Suites by label (gtest filter patterns); unit is everything else. AutotuneChild.* are run by
+# the autotune tests as a separate process, never on their own.
+set(DEUTERON_SUITES_e2e "*/KernelTest.*" "Dot.*" "Language.*" "KernelErrors.*")
+set(DEUTERON_SUITES_pallas "Pallas*.*" "*/PallasRun.*")
+set(DEUTERON_SUITES_autotune "Autotune*.*")
+set(DEUTERON_NOT_UNIT "AutotuneChild.*")
+foreach(label IN ITEMS e2e pallas autotune)
+  list(JOIN DEUTERON_SUITES_${label} ":" filter)
+  gtest_discover_tests(deuteron_tests TEST_FILTER "${filter}-AutotuneChild.*" DISCOVERY_TIMEOUT 60
+                       PROPERTIES TIMEOUT 600 LABELS ${label})
+  list(APPEND DEUTERON_NOT_UNIT ${DEUTERON_SUITES_${label}})
+endforeach()
+list(JOIN DEUTERON_NOT_UNIT ":" filter)
+gtest_discover_tests(deuteron_tests TEST_FILTER "-${filter}" DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 600 LABELS unit)
+
+if(TARGET deuteron_cli)
+  add_test(NAME cli COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_test.sh $<TARGET_FILE:deuteron_cli>)
+  set_tests_properties(cli PROPERTIES TIMEOUT 600 LABELS e2e)
+endif()
+
+deuteron_layer_files(tests DEPENDS api examples FILES ${DEUTERON_TEST_SOURCES})
+deuteron_layer_map(${PROJECT_BINARY_DIR}/layers.txt)
+add_test(NAME layers COMMAND bash ${PROJECT_SOURCE_DIR}/tests/layers_test.sh ${PROJECT_BINARY_DIR}/layers.txt
+                             ${PROJECT_SOURCE_DIR})
+set_tests_properties(layers PROPERTIES TIMEOUT 120 LABELS unit)
