@@ -43,3 +43,7 @@ deuteron_layer_map(${PROJECT_BINARY_DIR}/layers.txt)
 add_test(NAME layers COMMAND bash ${PROJECT_SOURCE_DIR}/tests/layers_test.sh ${PROJECT_BINARY_DIR}/layers.txt
                              ${PROJECT_SOURCE_DIR})
 set_tests_properties(layers PROPERTIES TIMEOUT 120 LABELS unit)
+
+add_test(NAME consumers COMMAND bash ${PROJECT_SOURCE_DIR}/tests/consumers/consumers_test.sh ${PROJECT_BINARY_DIR}
+                                ${PROJECT_SOURCE_DIR} ${CMAKE_COMMAND})
+set_tests_properties(consumers PROPERTIES TIMEOUT 1500 LABELS consumer)

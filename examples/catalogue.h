@@ -1,4 +1,4 @@
-// The kernel catalogue (../shared/KERNELS.md): each kernel with how to make its inputs, an
+// The kernel catalogue (docs/KERNELS.md): each kernel with how to make its inputs, an
 // independent reference (plain loops in double precision), its shapes and its traffic.
 #pragma once
 

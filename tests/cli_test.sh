@@ -7,13 +7,7 @@ export DEUTERON_CACHE_DIR="$(mktemp -d)"
 # Runs here use the default config; the autotuner has its own tests.
 export DEUTERON_AUTOTUNE_EFFORT=none
 trap 'rm -rf "$DEUTERON_CACHE_DIR"' EXIT
-passed=0
-failed=0
-check() {  # check NAME CONDITION-COMMAND...
-  local name="$1"
-  shift
-  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $name"; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/checks.sh"
 has() { grep -q -- "$2" <<<"$1"; }
 
 first=$("$BIN" run add --shapes small --json --repeat 3)
@@ -75,5 +69,4 @@ for k in add softmax; do
   check "$k on the pallas target is correct" has "$out" '"correct":true'
 done
 
-echo "$passed passed, $failed failed"
-test "$failed" -eq 0
+checks_done

@@ -57,9 +57,9 @@ TEST_P(KernelTest, DefaultConfigMatchesReference) {
   const Case& c = GetParam();
   const auto& e = examples::find(c.kernel);
   auto args = e.inputs(c.shape, c.dtype, 7);
-  auto r = api::run(*e.kernel, args, "cpu", e.kernel->options().config.empty()
-                                                   ? std::optional<config::Config>(config::Config())
-                                                   : std::nullopt);
+  auto r = api::run(
+      *e.kernel, args, "cpu",
+      e.kernel->options().config.empty() ? std::optional<config::Config>(config::Config()) : std::nullopt);
   expect_matches(e, args, r.outputs, "default config " + r.config.dump());
 }
 

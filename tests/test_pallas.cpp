@@ -4,16 +4,16 @@
 //
 // The runs need the project's Python environment (scripts/setup_python.sh). Without it they
 // FAIL, never skip: CI installs it.
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
 
 #include "api/api.h"
 #include "backends/pallas/backend.h"

@@ -1074,8 +1074,9 @@ TuneResult tune(const driver::Specialized& s, const TuneOptions& options) {
   }
   std::unique_ptr<backends::Harness> harness = s.backend->harness();
   if (!harness)
-    throw ArgumentError(fmt::format("the autotuner cannot time kernels on the '{}' target yet", s.backend->name()),
-                        "", "pin a config (KernelOptions{.config = ...}) or tune on another target");
+    throw ArgumentError(
+        fmt::format("the autotuner cannot time kernels on the '{}' target yet", s.backend->name()), "",
+        "pin a config (KernelOptions{.config = ...}) or tune on another target");
   CacheKey key = make_key(s, harness->hardware_fingerprint(s.limits));
   if (o.read_cache)
     if (auto e = lookup(key, s)) return from_entry(*e);

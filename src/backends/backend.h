@@ -29,8 +29,8 @@ class Executable {
 
 // The peak rates a target's kernels are judged against, and the hardware they were measured on.
 struct Roofline {
-  std::string hardware;   // one line: model, cores, vector width, fast memory
-  nlohmann::json details;  // the same as fields, for --json
+  std::string hardware;                           // one line: model, cores, vector width, fast memory
+  nlohmann::json details;                         // the same as fields, for --json
   double peak_gflops = 0, peak_gflops_1core = 0;  // f32 FMA, all cores and one
   double copy_gbps = 0, copy_gbps_1core = 0;      // large-array copy, bytes read + written
 };

@@ -112,7 +112,8 @@ int cmd_run(const RunOptions& o) {
                correct ? "correct" : "WRONG");
     fmt::print("  max abs error vs reference: {:.3g}\n", max_err);
     fmt::print("  median {:.3f} ms over {} runs: {:.1f} GB/s, {:.1f} GFLOP/s", med, ms.size(), gbps, gflops);
-    if (roof) fmt::print(", {:.0f}% of the {} roofline", 100 * fraction, e.compute_bound ? "FMA" : "copy-bandwidth");
+    if (roof)
+      fmt::print(", {:.0f}% of the {} roofline", 100 * fraction, e.compute_bound ? "FMA" : "copy-bandwidth");
     fmt::print("\n  config ({}): {}\n  compiled: {}, tuned: {}\n", r.origin, r.config.dump(),
                compiled ? "yes" : "no (cache)", r.tuned ? "yes" : "no");
   }
@@ -182,8 +183,10 @@ int cmd_roofline(bool json, bool remeasure) {
   const backends::Roofline& r = *roof;
   if (json) {
     Json j = r.details;
-    j.update({{"peak_gflops", r.peak_gflops}, {"peak_gflops_1core", r.peak_gflops_1core},
-              {"copy_gbps", r.copy_gbps}, {"copy_gbps_1core", r.copy_gbps_1core}});
+    j.update({{"peak_gflops", r.peak_gflops},
+              {"peak_gflops_1core", r.peak_gflops_1core},
+              {"copy_gbps", r.copy_gbps},
+              {"copy_gbps_1core", r.copy_gbps_1core}});
     std::cout << j.dump() << "\n";
   } else {
     fmt::print("{}\n", r.hardware);

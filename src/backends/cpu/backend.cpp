@@ -87,7 +87,9 @@ std::optional<backends::Roofline> CpuBackend::roofline(bool remeasure) const {
   backends::Roofline out;
   out.hardware = fmt::format("{} ({} cores, {}-bit SIMD, L2 {} KiB per core)", info.model_name, info.cores,
                              info.simd_bytes * 8, info.l2_bytes / 1024);
-  out.details = {{"cpu", info.model_name}, {"cores", info.cores}, {"l2_bytes", info.l2_bytes},
+  out.details = {{"cpu", info.model_name},
+                 {"cores", info.cores},
+                 {"l2_bytes", info.l2_bytes},
                  {"simd_bytes", info.simd_bytes}};
   out.peak_gflops = r.peak_gflops;
   out.peak_gflops_1core = r.peak_gflops_1core;

@@ -50,9 +50,9 @@ class CpuHarness : public backends::Harness {
     std::lock_guard lock(mu_);
     std::string compiler = default_compiler();
     std::vector<std::string> flags = {"-O2", "-std=c++17", "-fopenmp"};
-    std::string key = hash_hex(fmt::format("deuteron-runner v1\n{}\n{}\n{}\n{}", compiler,
-                                           compiler_identity(compiler), fmt::join(flags, " "),
-                                           kCpuRunnerSource));
+    std::string key =
+        hash_hex(fmt::format("deuteron-runner v1\n{}\n{}\n{}\n{}", compiler, compiler_identity(compiler),
+                             fmt::join(flags, " "), kCpuRunnerSource));
     fs::path dir = cache_root() / "autotune" / "bin";
     fs::path exe = dir / ("deuteron-runner-" + key.substr(0, 16));
     std::error_code ec;
@@ -78,8 +78,8 @@ class CpuHarness : public backends::Harness {
       std::string why = r.spawn_error ? std::generic_category().message(r.spawn_error)
                         : r.timed_out ? "timed out"
                                       : r.exit.describe();
-      throw CompileError(fmt::format("cannot build the autotuner's runner program ({}):\n{}", why, r.out),
-                         "", "the source is kept at " + src.string());
+      throw CompileError(fmt::format("cannot build the autotuner's runner program ({}):\n{}", why, r.out), "",
+                         "the source is kept at " + src.string());
     }
     fs::rename(tmp, exe, ec);
     if (ec && !fs::exists(exe)) throw RuntimeError("cannot install " + exe.string() + ": " + ec.message());
@@ -91,8 +91,8 @@ class CpuHarness : public backends::Harness {
 
   std::string hardware_fingerprint(const config::TargetLimits& l) const override {
     const CpuInfo& info = cpu_info();
-    return fmt::format("cpu {} | {} | cores {} | fast memory {}", info.model_name, info.features_key,
-                       l.cores, l.fast_memory_bytes);
+    return fmt::format("cpu {} | {} | cores {} | fast memory {}", info.model_name, info.features_key, l.cores,
+                       l.fast_memory_bytes);
   }
 
  private:

@@ -14,7 +14,7 @@ namespace {
 
 constexpr int64_t MiB = 1024 * 1024;
 
-// Sources (as collected in shared/TPU.md):
+// Sources (as collected in docs/TPU.md):
 //  [jax]   jax 0.10.2, jax/_src/pallas/mosaic/tpu_info.py (_get_tpu_info_impl): VMEM per core,
 //          lanes (128) and sublanes (8), MXU count and width, HBM bandwidth and bf16 peak
 //          (per chip, divided by the TensorCores per chip).
@@ -23,7 +23,7 @@ constexpr int64_t MiB = 1024 * 1024;
 //  [pallas] JAX Pallas TPU docs (docs.jax.dev/en/latest/pallas/tpu/): the default scoped VMEM
 //          limit is 16 MiB on v4/v5 and 32 MiB on v6e and later; raised with
 //          CompilerParams(vmem_limit_bytes=...) up to the physical VMEM.
-//  [tpu.md] shared/TPU.md: the 0.35 us per grid step measured on v5e (derived from JAX's
+//  [tpu.md] docs/TPU.md: the 0.35 us per grid step measured on v5e (derived from JAX's
 //          matmul tutorial timings).
 std::vector<TpuGeneration> make_table() {
   std::vector<TpuGeneration> t;
