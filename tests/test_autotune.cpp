@@ -667,6 +667,32 @@ TEST_F(Autotune, NewProcessUsesTheCacheWithoutTuningOrCompiling) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's checks failed (its output is above)";
 }
 
+// A kernel call tunes through the public entry point (no hook to install, no link option),
+// within the budget its definition gives.
+TEST_F(Autotune, KernelCallTunesWithinItsBudget) {
+  static const auto k = deuteron::kernel(
+      "autotune_test_budget",
+      [](hl::Tensor x, hl::Tensor y) {
+        auto out = hl::empty_like(x);
+        for (auto tile : hl::tile(out.sizes())) out[tile] = x[tile] * 2.0 + y[tile];
+        return out;
+      },
+      {.effort = "quick", .tune_budget_s = 1.5});
+  forget("autotune_test_budget");
+  setenv("DEUTERON_AUTOTUNE_PROGRESS", "quiet", 1);
+  auto args = add_args(33, 1);
+  auto r = api::run(k, args, "cpu");
+  unsetenv("DEUTERON_AUTOTUNE_PROGRESS");
+  EXPECT_EQ(r.origin, "tuned");
+  EXPECT_TRUE(r.tuned);
+  auto ref = add_reference(args);
+  EXPECT_TRUE(allclose(r.outputs[0], ref[0], 1e-6, 1e-6).close);
+  std::string log;
+  for (const auto& f : fs::directory_iterator(cache_root() / "autotune" / "autotune_test_budget"))
+    if (f.path().extension() == ".log") log = read_file(f.path()).value_or("");
+  EXPECT_NE(log.find("effort    quick (budget 1.5 s,"), std::string::npos) << log;
+}
+
 TEST(AutotuneChild, LooksUpWithoutTuningOrCompiling) {
   const char* want = std::getenv("DEUTERON_AUTOTUNE_TEST_CHILD");
   if (!want) GTEST_SKIP() << "run by NewProcessUsesTheCacheWithoutTuningOrCompiling";

@@ -869,7 +869,8 @@ void Tuner::write_log(const TuneResult& r) {
   log += fmt::format("# deuteron autotune log, {}\n", now_text());
   log += fmt::format("kernel    {}\nkey       {}\ntarget    {}\nhardware  {}\nversion   {}\nsource    {}\n",
                      key_.kernel, key_.spec_key, key_.target, key_.hardware, key_.version, key_.source_hash);
-  log += fmt::format("effort    {}\nsearch    {} (seed {})\nbaseline  {}\n", o_.effort, search_, o_.seed,
+  log += fmt::format("effort    {} (budget {:g} s, {} candidates)\nsearch    {} (seed {})\nbaseline  {}\n", o_.effort,
+                     budget_.time_s, budget_.max_candidates, search_, o_.seed,
                      baseline_from_.empty() ? "none" : baseline_from_);
   log += fmt::format("space     {} points\n{}", s_.space.size(), s_.space.describe());
   log += "\n# candidate  status  median_ms  retimed_ms  samples  compile_s  origin  config  reason\n";
