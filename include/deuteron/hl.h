@@ -270,10 +270,11 @@ BlockSize register_block_size(int64_t min, int64_t max, std::string name = "", L
 
 // Options of a tile loop. A zero block size means "tuned". `name` (optional, an identifier)
 // names the loop's dim in configs and generated code: {.name = "m"} gives "block_m" and "o_m".
+// (Every member has an initializer, so `{.block_size = 16}` is quiet under -Wextra.)
 struct TileOptions {
   int64_t block_size = 0;
   BlockSize shared{};
-  std::string name;
+  std::string name = {};
 };
 
 // A loop bound: a constant, or a device scalar (for example another tile's end).

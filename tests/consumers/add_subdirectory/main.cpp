@@ -12,7 +12,7 @@ static const auto row_normalize = deuteron::kernel(
     "row_normalize",
     [](hl::Tensor x, hl::Scalar eps) {
       auto out = hl::empty_like(x);
-      for (auto tm : hl::tile(x.size(0))) {
+      for (auto tm : hl::tile(x.size(0), {.name = "rows"})) {
         auto row = x[{tm, hl::all}];
         out[{tm, hl::all}] = row * hl::rsqrt((row * row).sum(1, true) + eps);
       }
