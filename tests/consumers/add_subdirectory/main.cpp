@@ -18,7 +18,7 @@ static const auto row_normalize = deuteron::kernel(
       }
       return out;
     },
-    {.effort = "quick", .tune_budget_s = 4});
+    {.effort = "quick", .tune_budget_s = 15});
 
 static bool check(int64_t m, int64_t n) {
   using deuteron::DType;

@@ -16,7 +16,7 @@ static const auto gated_scale = deuteron::kernel(
         out[{tm, tn}] = alpha * x[{tm, tn}] * hl::sigmoid(g[{tm, tn}]) + b[tn];
       return out;
     },
-    {.effort = "quick", .tune_budget_s = 4});
+    {.effort = "quick", .tune_budget_s = 15});
 
 static bool check(int64_t m, int64_t n) {
   using deuteron::DType;
