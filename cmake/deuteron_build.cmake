@@ -4,7 +4,9 @@
 
 # -Wall -Wextra on one of our targets; errors with -DDEUTERON_WERROR=ON.
 function(deuteron_warnings target)
-  target_compile_options(${target} PRIVATE -Wall -Wextra $<$<BOOL:${DEUTERON_WERROR}>:-Werror>)
+  # -Werror=switch: every switch over the op table (ir/ops.h) covers it, so a new op fails to
+  # compile until each target spells it.
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Werror=switch $<$<BOOL:${DEUTERON_WERROR}>:-Werror>)
 endfunction()
 
 # deuteron_layer_files(NAME DEPENDS layer... FILES file...)

@@ -12,7 +12,7 @@ static const auto add = deuteron::kernel("add", [](hl::Tensor x, hl::Tensor y) {
   auto out = hl::empty_like(x);
   for (auto tile : hl::tile(out.sizes())) out[tile] = x[tile] + y[tile];
   return out;
-});
+}, {.arg_names = {"x", "y"}});
 
 static std::vector<Tensor> add_reference(const std::vector<Arg>& args) {
   const Tensor& x = tensor_arg(args, 0);

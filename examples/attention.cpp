@@ -19,12 +19,12 @@ hl::Tensor flash_attention(hl::Tensor q, hl::Tensor k, hl::Tensor v) {
   int64_t b = q.size(0), h = q.size(1), s = q.size(2), d = q.size(3), skv = k.size(2);
   auto out = hl::empty_like(q);
   const double scale = 1.4426950408889634 / std::sqrt(double(d));
-  for (auto [tb, th, tq] : hl::tile({b, h, s})) {
+  for (auto [tb, th, tq] : hl::tile({b, h, s}, {"batch", "head", "q"})) {
     auto qb = q[{tb, th, tq, hl::all}] * scale;
     auto m_i = hl::full({tb, th, tq}, -INFINITY);
     auto l_i = hl::zeros({tb, th, tq});
     auto acc = hl::zeros({tb, th, tq, d});
-    for (auto tkv : Causal ? hl::tile(0, tq.end()) : hl::tile(skv)) {
+    for (auto tkv : Causal ? hl::tile(0, tq.end(), {.name = "kv"}) : hl::tile(skv, {.name = "kv"})) {
       auto qk = hl::dot(qb, k[{tb, th, tkv, hl::all}].transpose(2, 3));  // [tb, th, tq, tkv]
       if constexpr (Causal)  // keys after the query: only in the diagonal block
         qk = hl::where(tkv.index().unsqueeze(0) > tq.index().unsqueeze(1), -INFINITY, qk);
@@ -45,10 +45,11 @@ hl::Tensor flash_attention(hl::Tensor q, hl::Tensor k, hl::Tensor v) {
 
 static const auto attention = deuteron::kernel("attention", [](hl::Tensor q, hl::Tensor k, hl::Tensor v) {
   return flash_attention<false>(q, k, v);
-});
+}, {.arg_names = {"q", "k", "v"}});
 
 static const auto attention_causal = deuteron::kernel(
-    "attention_causal", [](hl::Tensor q, hl::Tensor k, hl::Tensor v) { return flash_attention<true>(q, k, v); });
+    "attention_causal", [](hl::Tensor q, hl::Tensor k, hl::Tensor v) { return flash_attention<true>(q, k, v); },
+    {.arg_names = {"q", "k", "v"}});
 
 // softmax(q kᵀ / sqrt(D)) v in double precision, row by row.
 static std::vector<Tensor> attention_reference(const std::vector<Arg>& args, bool causal) {

@@ -11,13 +11,13 @@ namespace deuteron::examples {
 
 static const auto batch_softmax = deuteron::kernel("batch_softmax", [](hl::Tensor x) {
   auto out = hl::empty_like(x);
-  for (auto [tb, tm] : hl::tile({x.size(0), x.size(1)})) {
+  for (auto [tb, tm] : hl::tile({x.size(0), x.size(1)}, {"batch", "rows"})) {
     auto row = x[{tb, tm, hl::all}];
     auto e = hl::exp(row - row.amax(2, true));  // subtracting the max keeps exp finite
     out[{tb, tm, hl::all}] = e / e.sum(2, true);
   }
   return out;
-});
+}, {.arg_names = {"x"}});
 
 static std::vector<Tensor> batch_softmax_reference(const std::vector<Arg>& args) {
   const Tensor& x = tensor_arg(args, 0);

@@ -18,7 +18,7 @@ static const auto cross_entropy = deuteron::kernel("cross_entropy", [](hl::Tenso
   hl::expect(labels.dtype() == DType::i64, "labels must be int64");
   int64_t n = logits.size(0);
   auto loss = hl::zeros({1});  // f32 whatever the logits: atomic adds are f32
-  for (auto tn : hl::tile(n)) {
+  for (auto tn : hl::tile(n, {.name = "rows"})) {
     auto row = logits[{tn, hl::all}];
     auto picked = logits[{tn, labels[tn]}];  // one logit per row: the label's
     auto mx = row.amax(1, true);
@@ -26,7 +26,7 @@ static const auto cross_entropy = deuteron::kernel("cross_entropy", [](hl::Tenso
     hl::atomic_add(loss, {0}, (lse - picked).sum(0) / double(n));
   }
   return loss;
-});
+}, {.arg_names = {"logits", "labels"}});
 
 static std::vector<Tensor> cross_entropy_reference(const std::vector<Arg>& args) {
   const Tensor& logits = tensor_arg(args, 0);

@@ -11,13 +11,13 @@ static const auto swiglu = deuteron::kernel("swiglu", [](hl::Tensor a, hl::Tenso
   auto out = hl::empty_like(a);
   for (auto tile : hl::tile(out.sizes())) out[tile] = hl::silu(a[tile]) * b[tile];
   return out;
-});
+}, {.arg_names = {"a", "b"}});
 
 static const auto geglu = deuteron::kernel("geglu", [](hl::Tensor a, hl::Tensor b) {
   auto out = hl::empty_like(a);
   for (auto tile : hl::tile(out.sizes())) out[tile] = hl::gelu(a[tile], "tanh") * b[tile];
   return out;
-});
+}, {.arg_names = {"a", "b"}});
 
 // act(a) * b elementwise, in double precision.
 template <double (*Act)(double)>

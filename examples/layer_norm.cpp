@@ -12,7 +12,7 @@ namespace deuteron::examples {
 static const auto layer_norm = deuteron::kernel(
     "layer_norm", [](hl::Tensor x, hl::Tensor weight, hl::Tensor bias, hl::Scalar eps) {
       auto out = hl::empty_like(x);
-      for (auto tm : hl::tile(x.size(0))) {
+      for (auto tm : hl::tile(x.size(0), {.name = "rows"})) {
         auto row = x[{tm, hl::all}];
         // Centre first, then square: more accurate than E[x^2] - E[x]^2.
         auto centered = row - row.mean(1, true);
@@ -20,7 +20,8 @@ static const auto layer_norm = deuteron::kernel(
         out[{tm, hl::all}] = centered * hl::rsqrt(var + eps) * weight[hl::all] + bias[hl::all];
       }
       return out;
-    });
+    },
+    {.arg_names = {"x", "weight", "bias", "eps"}});
 
 // Layer norm of each row of x[M, N] in double precision (shared with welford.cpp's entry).
 std::vector<Tensor> layer_norm_rows(const Tensor& x, const Tensor& weight, const Tensor& bias,

@@ -15,37 +15,37 @@ namespace deuteron::examples {
 static const auto matmul = deuteron::kernel("matmul", [](hl::Tensor x, hl::Tensor y) {
   int64_t m = x.size(0), k = x.size(1), n = y.size(1);
   auto out = hl::empty({m, n}, x.dtype());
-  for (auto [tm, tn] : hl::tile({m, n})) {
+  for (auto [tm, tn] : hl::tile({m, n}, {"m", "n"})) {
     auto acc = hl::zeros({tm, tn});
-    for (auto tk : hl::tile(k)) acc = hl::dot(x[{tm, tk}], y[{tk, tn}], acc);
+    for (auto tk : hl::tile(k, {.name = "k"})) acc = hl::dot(x[{tm, tk}], y[{tk, tn}], acc);
     out[{tm, tn}] = acc;
   }
   return out;
-});
+}, {.arg_names = {"x", "y"}});
 
 // out[B, M, N] = x[B, M, K] @ y[B, K, N].
 static const auto bmm = deuteron::kernel("bmm", [](hl::Tensor x, hl::Tensor y) {
   int64_t b = x.size(0), m = x.size(1), k = x.size(2), n = y.size(2);
   auto out = hl::empty({b, m, n}, x.dtype());
-  for (auto [tb, tm, tn] : hl::tile({b, m, n})) {
+  for (auto [tb, tm, tn] : hl::tile({b, m, n}, {"batch", "m", "n"})) {
     auto acc = hl::zeros({tb, tm, tn});
-    for (auto tk : hl::tile(k)) acc = hl::dot(x[{tb, tm, tk}], y[{tb, tk, tn}], acc);
+    for (auto tk : hl::tile(k, {.name = "k"})) acc = hl::dot(x[{tb, tm, tk}], y[{tb, tk, tn}], acc);
     out[{tb, tm, tn}] = acc;
   }
   return out;
-});
+}, {.arg_names = {"x", "y"}});
 
 // out[B, M, N] = x[B, M, K] @ w[K, N]: w broadcast over the batch, as torch.matmul does.
 static const auto broadcast_matmul = deuteron::kernel("broadcast_matmul", [](hl::Tensor x, hl::Tensor w) {
   int64_t b = x.size(0), m = x.size(1), k = x.size(2), n = w.size(1);
   auto out = hl::empty({b, m, n}, x.dtype());
-  for (auto [tb, tm, tn] : hl::tile({b, m, n})) {
+  for (auto [tb, tm, tn] : hl::tile({b, m, n}, {"batch", "m", "n"})) {
     auto acc = hl::zeros({tb, tm, tn});
-    for (auto tk : hl::tile(k)) acc = hl::dot(x[{tb, tm, tk}], w[{tk, tn}], acc);
+    for (auto tk : hl::tile(k, {.name = "k"})) acc = hl::dot(x[{tb, tm, tk}], w[{tk, tn}], acc);
     out[{tb, tm, tn}] = acc;
   }
   return out;
-});
+}, {.arg_names = {"x", "w"}});
 
 // out = gelu(x @ w + bias + residual), cast to x's dtype. The epilogue after the K loop runs
 // over sub-tiles of the N block (the `epilogue_subtiles` tunable).
@@ -53,14 +53,15 @@ static const auto epilogue_subtiling = deuteron::kernel(
     "epilogue_subtiling", [](hl::Tensor x, hl::Tensor w, hl::Tensor bias, hl::Tensor residual) {
       int64_t m = x.size(0), k = x.size(1), n = w.size(1);
       auto out = hl::empty({m, n}, x.dtype());
-      for (auto [tm, tn] : hl::tile({m, n})) {
+      for (auto [tm, tn] : hl::tile({m, n}, {"m", "n"})) {
         auto acc = hl::zeros({tm, tn});
-        for (auto tk : hl::tile(k)) acc = hl::dot(x[{tm, tk}], w[{tk, tn}], acc);
+        for (auto tk : hl::tile(k, {.name = "k"})) acc = hl::dot(x[{tm, tk}], w[{tk, tn}], acc);
         auto y = acc + bias[tn] + residual[{tm, tn}];
         out[{tm, tn}] = hl::gelu(y).to(out.dtype());
       }
       return out;
-    });
+    },
+    {.arg_names = {"x", "w", "bias", "residual"}});
 
 // out = layer_norm(x @ y) over N, with weight and bias: each grid step owns whole rows, so the
 // normalisation runs on the accumulator without writing the product out.
@@ -68,17 +69,18 @@ static const auto matmul_layernorm = deuteron::kernel(
     "matmul_layernorm", [](hl::Tensor x, hl::Tensor y, hl::Tensor weight, hl::Tensor bias) {
       int64_t m = x.size(0), k = x.size(1), n = y.size(1);
       auto out = hl::empty({m, n}, x.dtype());
-      for (auto tm : hl::tile(m)) {
+      for (auto tm : hl::tile(m, {.name = "m"})) {
         auto w = weight[hl::all];  // read first: the accumulator below spans this whole dim
         auto b = bias[hl::all];
         auto acc = hl::zeros({tm, n});
-        for (auto tk : hl::tile(k)) acc = hl::dot(x[{tm, tk}], y[{tk, hl::all}], acc);
+        for (auto tk : hl::tile(k, {.name = "k"})) acc = hl::dot(x[{tm, tk}], y[{tk, hl::all}], acc);
         auto centered = acc - acc.mean(1, true);
         auto var = (centered * centered).mean(1, true);
         out[{tm, hl::all}] = (centered * hl::rsqrt(var + 1e-5) * w + b).to(out.dtype());
       }
       return out;
-    });
+    },
+    {.arg_names = {"x", "y", "weight", "bias"}});
 
 // ---- references (double precision, plain loops) -----------------------------------------------
 

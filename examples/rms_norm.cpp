@@ -14,14 +14,14 @@ static const auto rms_norm = deuteron::kernel("rms_norm", [](hl::Tensor x, hl::T
   int64_t m = x.size(0);
   auto y = hl::empty_like(x);
   auto rstd = hl::empty({m}, DType::f32);
-  for (auto tm : hl::tile(m)) {
+  for (auto tm : hl::tile(m, {.name = "rows"})) {
     auto row = x[{tm, hl::all}];
     auto r = hl::rsqrt((row * row).mean(1) + eps);
     y[{tm, hl::all}] = row * r.unsqueeze(1) * w[hl::all];
     rstd[tm] = r;
   }
   return std::make_tuple(y, rstd);
-});
+}, {.arg_names = {"x", "w", "eps"}});
 
 // With r = rstd of a row and c = mean_j(w_j * gy_j * x_j) over that row:
 //   grad_x = r * w * gy - x * r^3 * c,     grad_w = sum over rows of gy * x * r.
@@ -31,7 +31,7 @@ static const auto rms_norm_bwd = deuteron::kernel(
     "rms_norm_bwd", [](hl::Tensor grad_y, hl::Tensor x, hl::Tensor w, hl::Tensor rstd) {
       auto grad_x = hl::empty_like(x);
       auto grad_w = hl::zeros({w.size(0)});  // f32: atomic adds are f32
-      for (auto tm : hl::tile(x.size(0))) {
+      for (auto tm : hl::tile(x.size(0), {.name = "rows"})) {
         auto gy = grad_y[{tm, hl::all}], xs = x[{tm, hl::all}];
         auto r = rstd[tm].unsqueeze(1);
         auto c = (gy * w[hl::all] * xs).mean(1, true);
@@ -39,7 +39,8 @@ static const auto rms_norm_bwd = deuteron::kernel(
         hl::atomic_add(grad_w, {hl::all}, (gy * xs * r).sum(0));
       }
       return std::make_tuple(grad_x, grad_w);
-    });
+    },
+    {.arg_names = {"grad_y", "x", "w", "rstd"}});
 
 static std::vector<double> row_rstd(const std::vector<double>& x, int64_t m, int64_t n, double eps) {
   std::vector<double> r(size_t(m), 0.0);

@@ -12,18 +12,18 @@ namespace deuteron::examples {
 // A whole row per block: read it, subtract its max, exponentiate, normalise.
 static const auto softmax = deuteron::kernel("softmax", [](hl::Tensor x) {
   auto out = hl::empty_like(x);
-  for (auto tm : hl::tile(x.size(0))) {
+  for (auto tm : hl::tile(x.size(0), {.name = "rows"})) {
     auto row = x[{tm, hl::all}];
     auto e = hl::exp(row - row.amax(1, true));
     out[{tm, hl::all}] = e / e.sum(1, true);
   }
   return out;
-});
+}, {.arg_names = {"x"}});
 
 // The same computation spelled out step by step, as PyTorch's decomposition does.
 static const auto softmax_decomposed = deuteron::kernel("softmax_decomposed", [](hl::Tensor x) {
   auto out = hl::empty_like(x);
-  for (auto tm : hl::tile(x.size(0))) {
+  for (auto tm : hl::tile(x.size(0), {.name = "rows"})) {
     auto values = x[{tm, hl::all}];
     auto amax = hl::amax(values, 1, true);
     auto exp = hl::exp(values - amax);
@@ -31,28 +31,28 @@ static const auto softmax_decomposed = deuteron::kernel("softmax_decomposed", []
     out[{tm, hl::all}] = exp / sum_exp;
   }
   return out;
-});
+}, {.arg_names = {"x"}});
 
 // Two passes over blocks of a row: a running max with a rescaled running sum, then the output.
 static const auto softmax_two_pass = deuteron::kernel("softmax_two_pass", [](hl::Tensor x) {
   auto out = hl::empty_like(x);
   int64_t m = x.size(0), n = x.size(1);
-  for (auto tm : hl::tile(m)) {
+  for (auto tm : hl::tile(m, {.name = "rows"})) {
     auto mi = hl::full({tm}, -INFINITY);
     auto di = hl::zeros({tm});
-    for (auto tn : hl::tile(n)) {
+    for (auto tn : hl::tile(n, {.name = "n"})) {
       auto values = x[{tm, tn}];
       auto local_max = hl::maximum(mi, values.amax(1));
       di = di * hl::exp(mi - local_max) + hl::exp(values - local_max.unsqueeze(1)).sum(1);
       mi = local_max;
     }
-    for (auto tn : hl::tile(n)) {
+    for (auto tn : hl::tile(n, {.name = "n_out"})) {
       auto values = x[{tm, tn}];
       out[{tm, tn}] = hl::exp(values - mi.unsqueeze(1)) / di.unsqueeze(1);
     }
   }
   return out;
-});
+}, {.arg_names = {"x"}});
 
 // Row softmax of a [rows, n] view of the data, in double precision.
 std::vector<Tensor> softmax_reference(const std::vector<Arg>& args) {

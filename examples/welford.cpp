@@ -18,11 +18,11 @@ static const auto welford = deuteron::kernel(
     "welford", [](hl::Tensor weight, hl::Tensor bias, hl::Tensor x) {
       int64_t m = x.size(0), n = x.size(1);
       auto out = hl::empty_like(x);
-      for (auto tm : hl::tile(m)) {
+      for (auto tm : hl::tile(m, {.name = "rows"})) {
         auto count = hl::zeros({tm});
         auto mean = hl::zeros({tm});
         auto m2 = hl::zeros({tm});
-        for (auto tn : hl::tile(n)) {
+        for (auto tn : hl::tile(n, {.name = "n"})) {
           auto chunk = x[{tm, tn}];
           auto chunk_count = (tn.end() - tn.begin()).to(DType::f32);  // ragged last block
           auto chunk_mean = chunk.mean(1);
@@ -36,10 +36,11 @@ static const auto welford = deuteron::kernel(
         }
         auto rstd = hl::rsqrt(m2 / count + kEps).unsqueeze(1);
         auto mu = mean.unsqueeze(1);
-        for (auto tn : hl::tile(n)) out[{tm, tn}] = (x[{tm, tn}] - mu) * rstd * weight[tn] + bias[tn];
+        for (auto tn : hl::tile(n, {.name = "n_out"})) out[{tm, tn}] = (x[{tm, tn}] - mu) * rstd * weight[tn] + bias[tn];
       }
       return out;
-    });
+    },
+    {.arg_names = {"weight", "bias", "x"}});
 
 static Registrar registered{Entry{
     .name = "welford",

@@ -50,14 +50,14 @@ check "unknown kernel exits non-zero" test "$code" -ne 0
 check "unknown kernel lists the catalogue" has "$err" "known kernels"
 err=$("$BIN" run softmax --shape 10,x 2>&1); code=$?
 check "bad shape exits non-zero with a message" bash -c "test $code -ne 0 && grep -q 'bad shape' <<<'$err'"
-err=$("$BIN" run softmax --shapes small --config '{"block_t0": ' 2>&1); code=$?
+err=$("$BIN" run softmax --shapes small --config '{"block_rows": ' 2>&1); code=$?
 check "bad JSON exits non-zero with a message" bash -c "test $code -ne 0 && grep -q 'not valid JSON' <<<'$err'"
-err=$("$BIN" run softmax --shapes small --config '{"block_t0": 3}' 2>&1); code=$?
+err=$("$BIN" run softmax --shapes small --config '{"block_rows": 3}' 2>&1); code=$?
 check "illegal block size names the legal values" bash -c "test $code -ne 0 && grep -q 'legal values' <<<'$err'"
 
 # Tuning: a tuned kernel's next run in a new process neither tunes nor compiles.
 tune=$("$BIN" tune softmax --shapes small --max-candidates 6 --time-budget 60 --progress quiet 2>&1)
-check "tune prints the best config" has "$tune" "block_t0"
+check "tune prints the best config" has "$tune" "block_rows"
 after=$(DEUTERON_AUTOTUNE_EFFORT=quick "$BIN" run softmax --shapes small --json --repeat 3)
 check "a tuned kernel runs from the cache" has "$after" '"config_origin":"cache"'
 check "a tuned kernel's run does not tune" has "$after" '"tuned":false'

@@ -104,7 +104,7 @@ std::vector<Case> cases() {
 // interpreter costs about 20 ms a step.
 const std::map<std::string, std::map<std::string, int64_t>> kBlocks = {
     {"add", {{"block_t0", 16}, {"block_t1", 128}}},
-    {"softmax", {{"block_t0", 8}}},  // the whole row in one block (reduce_r0 persistent by default)
+    {"softmax", {{"block_rows", 8}}},  // the whole row in one block (reduce_r0 persistent by default)
 };
 
 class PallasRun : public testing::TestWithParam<Case> {
@@ -200,7 +200,7 @@ TEST_F(PallasTarget, AtomicAddAccumulatesInARevisitedBlock) {
   for (DType dt : {DType::f32, DType::bf16}) {
     std::vector<Arg> args = e.inputs({130, 300}, dt, 4);
     driver::Specialized s = specialize(*e.kernel, args);
-    config::Config cfg = fit(s, {{"block_t0", 128}});
+    config::Config cfg = fit(s, {{"block_rows", 128}});
     std::string module = s.backend->emit(driver::lower(s, cfg));
     EXPECT_TRUE(contains(module, "out1_ref[...] += ")) << module;
     EXPECT_TRUE(contains(module, "@pl.when(pl.program_id(0) == 0)")) << module;
@@ -260,11 +260,11 @@ TEST_F(PallasTarget, EmitsOneBlockSpecPerOperandFromThePlan) {
   EXPECT_TRUE(contains(module, "# config: " + p.config.dump())) << module;
   EXPECT_TRUE(contains(module, "BLOCK_T0 = 16")) << module;
   EXPECT_TRUE(contains(module, "BLOCK_T1 = 128")) << module;
-  EXPECT_TRUE(contains(module, "def add_kernel(arg0_ref, arg1_ref, out0_ref):")) << module;
+  EXPECT_TRUE(contains(module, "def add_kernel(x_ref, y_ref, out0_ref):")) << module;
   EXPECT_TRUE(contains(module, "grid=(9, 3),")) << module;
-  EXPECT_TRUE(contains(module, "pl.BlockSpec((BLOCK_T0, BLOCK_T1), lambda t0, t1: (t0, t1)),  # arg0"))
+  EXPECT_TRUE(contains(module, "pl.BlockSpec((BLOCK_T0, BLOCK_T1), lambda t0, t1: (t0, t1)),  # x"))
       << module;
-  EXPECT_TRUE(contains(module, "pl.BlockSpec((BLOCK_T0, BLOCK_T1), lambda t0, t1: (t0, t1)),  # arg1"))
+  EXPECT_TRUE(contains(module, "pl.BlockSpec((BLOCK_T0, BLOCK_T1), lambda t0, t1: (t0, t1)),  # y"))
       << module;
   EXPECT_TRUE(contains(module, "out_specs=pl.BlockSpec((BLOCK_T0, BLOCK_T1), lambda t0, t1: (t0, t1)),"))
       << module;
@@ -281,8 +281,8 @@ TEST_F(PallasTarget, SoftmaxReadsWholeRows) {
   driver::Specialized s = specialize(*e.kernel, args);
   std::string module = s.backend->emit(driver::lower(s, fit(s, kBlocks.at("softmax"))));
   EXPECT_TRUE(contains(module, "BLOCK_R0 = 300")) << module;
-  EXPECT_TRUE(contains(module, "pl.BlockSpec((BLOCK_T0, BLOCK_R0), lambda t0: (t0, 0)),  # arg0")) << module;
-  EXPECT_TRUE(contains(module, "arg0_ref[...].astype(jnp.float32)")) << module;  // bf16 computed in f32
+  EXPECT_TRUE(contains(module, "pl.BlockSpec((BLOCK_ROWS, BLOCK_R0), lambda rows: (rows, 0)),  # x")) << module;
+  EXPECT_TRUE(contains(module, "x_ref[...].astype(jnp.float32)")) << module;  // bf16 computed in f32
   EXPECT_TRUE(contains(module, "jnp.max(v0, axis=1, keepdims=True)")) << module;
   EXPECT_TRUE(contains(module, "jnp.sum(")) << module;
   EXPECT_FALSE(contains(module, "valid_")) << module;  // the row is whole: nothing to mask
@@ -312,7 +312,7 @@ TEST_F(PallasTarget, RejectsBlocksBreakingTheTpuRule) {
     driver::lower(s, fit(s, {{"block_t0", 4}, {"block_t1", 128}}));
     FAIL() << "block_t0 = 4 was accepted";
   } catch (const ConfigError& err) {
-    EXPECT_TRUE(contains(err.message(), "input arg0")) << err.what();
+    EXPECT_TRUE(contains(err.message(), "input x")) << err.what();
     EXPECT_TRUE(contains(err.message(), "block_t0 = 4")) << err.what();
     EXPECT_TRUE(contains(err.message(), "multiple of 8")) << err.what();
     EXPECT_TRUE(contains(err.hint(), "\"block_t0\": 8")) << err.what();
@@ -331,7 +331,7 @@ TEST_F(PallasTarget, RejectsLoopedReductions) {
   std::vector<Arg> args = e.inputs({130, 300}, DType::f32, 1);
   driver::Specialized s = specialize(*e.kernel, args);
   try {
-    driver::lower(s, fit(s, {{"block_t0", 8}, {"reduce_r0", 128}}));
+    driver::lower(s, fit(s, {{"block_rows", 8}, {"reduce_r0", 128}}));
     FAIL() << "a looped reduction was accepted";
   } catch (const ConfigError& err) {
     EXPECT_TRUE(contains(err.message(), "reduce_r0 = 128")) << err.what();
@@ -344,15 +344,15 @@ TEST_F(PallasTarget, RejectsPlansThatDoNotFitVmem) {
   std::vector<Arg> args = {Tensor::zeros({64, 16384}, DType::f32)};
   driver::Specialized s = specialize(*e.kernel, args);
   try {
-    driver::lower(s, fit(s, {{"block_t0", 64}}));
+    driver::lower(s, fit(s, {{"block_rows", 64}}));
     FAIL() << "a 4 MiB block with its buffers and temporaries was accepted";
   } catch (const ConfigError& err) {
     EXPECT_TRUE(contains(err.message(), "VMEM")) << err.what();
     EXPECT_TRUE(contains(err.message(), "16.0 MiB")) << err.what();
-    EXPECT_TRUE(contains(err.hint(), "block_t0")) << err.what();
+    EXPECT_TRUE(contains(err.hint(), "block_rows")) << err.what();
   }
   // Smaller blocks fit.
-  EXPECT_NO_THROW(driver::lower(s, fit(s, {{"block_t0", 8}})));
+  EXPECT_NO_THROW(driver::lower(s, fit(s, {{"block_rows", 8}})));
 }
 
 TEST_F(PallasTarget, RejectsInnerTileLoopsByName) {
@@ -360,7 +360,7 @@ TEST_F(PallasTarget, RejectsInnerTileLoopsByName) {
   std::vector<Arg> args = e.inputs({130, 300}, DType::f32, 1);
   driver::Specialized s = specialize(*e.kernel, args);
   // No config fixes it, so lowering (the config checks) passes; emitting and running fail.
-  plan::Plan p = driver::lower(s, fit(s, {{"block_t0", 8}, {"block_t1", 128}, {"block_t2", 128}}));
+  plan::Plan p = driver::lower(s, fit(s, {{"block_rows", 8}, {"block_n", 128}, {"block_n_out", 128}}));
   try {
     s.backend->emit(p);
     FAIL() << "an inner tile loop was accepted";

@@ -97,7 +97,7 @@ TEST(Plan, MatmulIndexMapsPlacementsAndEdges) {
 TEST(Plan, FlashAttentionInnerLoopOperandsAndCarriedValues) {
   const examples::Entry& e = examples::find("attention");
   auto args = e.inputs({1, 2, 40, 16}, DType::f32, 3);  // [B, H, S, D]
-  plan::Plan p = lower(*e.kernel, args, R"({"inner_t3": "resident"})");
+  plan::Plan p = lower(*e.kernel, args, R"({"inner_kv": "resident"})");
   int kv = -1;
   for (const plan::InnerLoop& il : p.inner_loops) kv = p.kernel.loops[size_t(il.loop)].axes[0];
   ASSERT_GE(kv, 0);
@@ -106,11 +106,11 @@ TEST(Plan, FlashAttentionInnerLoopOperandsAndCarriedValues) {
 
   // q is read once per grid step, in place; k and v per key block, resident (the loop's choice
   // applies to both, since the config sets neither itself).
-  const plan::BlockSpec& q = spec_of(p, "arg0");
+  const plan::BlockSpec& q = spec_of(p, "q");
   EXPECT_EQ(q.loop, p.kernel.grid_loop_id());
   EXPECT_EQ(q.placement, plan::Placement::InPlace);
   EXPECT_EQ(q.index_map[3].kind, Kind::Whole);
-  for (const char* name : {"arg1", "arg2"}) {
+  for (const char* name : {"k", "v"}) {
     const plan::BlockSpec& s = spec_of(p, name);
     EXPECT_EQ(s.placement, plan::Placement::Resident) << name;
     EXPECT_EQ(s.index_map[0].kind, Kind::Block);

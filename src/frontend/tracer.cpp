@@ -495,11 +495,7 @@ ir::ValueId Tracer::binary(ir::BinaryFn fn, const hl::Operand& a, const hl::Oper
   const ir::Value& va = k_.value(vals[0]);
   const ir::Value& vb = k_.value(vals[1]);
   std::vector<int> dims = broadcast_dims(va.dims, vb.dims, loc, ir::name(fn));
-  DType dt = promote(va.dtype, vb.dtype);
-  if (ir::is_comparison(fn) || fn == ir::BinaryFn::And || fn == ir::BinaryFn::Or)
-    dt = DType::boolean;
-  else if (fn == ir::BinaryFn::Div && !is_floating(dt))
-    dt = DType::f32;  // true division, as in PyTorch
+  DType dt = ir::result_dtype(fn, promote(va.dtype, vb.dtype));
   ir::Op op;
   op.kind = ir::OpKind::Binary;
   op.binary = fn;
@@ -513,9 +509,7 @@ ir::ValueId Tracer::binary(ir::BinaryFn fn, const hl::Operand& a, const hl::Oper
 ir::ValueId Tracer::unary(ir::UnaryFn fn, const Var& x, const std::source_location& loc) {
   ir::ValueId v = use(x, loc, ir::name(fn));
   const ir::Value& xv = k_.value(v);
-  DType dt = xv.dtype;
-  if (fn == ir::UnaryFn::Not) dt = DType::boolean;
-  else if (fn != ir::UnaryFn::Neg && fn != ir::UnaryFn::Abs && !is_floating(dt)) dt = DType::f32;
+  DType dt = ir::result_dtype(fn, xv.dtype);
   ir::Op op;
   op.kind = ir::OpKind::Unary;
   op.unary = fn;
@@ -579,8 +573,7 @@ ir::ValueId Tracer::reduce(ir::ReduceFn fn, const Var& x, int dim, bool keepdim,
   std::vector<int> dims = xv.dims;
   if (keepdim) dims[size_t(dim)] = ir::kOne;
   else dims.erase(dims.begin() + dim);
-  DType dt = xv.dtype;
-  if (fn == ir::ReduceFn::Sum && !is_floating(dt)) dt = DType::i64;
+  DType dt = ir::result_dtype(fn, xv.dtype);
   ir::Op op;
   op.kind = ir::OpKind::Reduce;
   op.reduce = fn;

@@ -26,60 +26,6 @@ const char* name(OpKind k) {
   return "?";
 }
 
-const char* name(UnaryFn f) {
-  switch (f) {
-    case UnaryFn::Neg: return "neg";
-    case UnaryFn::Exp: return "exp";
-    case UnaryFn::Exp2: return "exp2";
-    case UnaryFn::Log: return "log";
-    case UnaryFn::Sqrt: return "sqrt";
-    case UnaryFn::Rsqrt: return "rsqrt";
-    case UnaryFn::Tanh: return "tanh";
-    case UnaryFn::Sigmoid: return "sigmoid";
-    case UnaryFn::Silu: return "silu";
-    case UnaryFn::GeluTanh: return "gelu_tanh";
-    case UnaryFn::GeluErf: return "gelu";
-    case UnaryFn::Abs: return "abs";
-    case UnaryFn::Not: return "logical_not";
-    case UnaryFn::Erf: return "erf";
-  }
-  return "?";
-}
-
-const char* name(BinaryFn f) {
-  switch (f) {
-    case BinaryFn::Add: return "add";
-    case BinaryFn::Sub: return "sub";
-    case BinaryFn::Mul: return "mul";
-    case BinaryFn::Div: return "div";
-    case BinaryFn::Max: return "maximum";
-    case BinaryFn::Min: return "minimum";
-    case BinaryFn::Eq: return "eq";
-    case BinaryFn::Ne: return "ne";
-    case BinaryFn::Lt: return "lt";
-    case BinaryFn::Le: return "le";
-    case BinaryFn::Gt: return "gt";
-    case BinaryFn::Ge: return "ge";
-    case BinaryFn::And: return "logical_and";
-    case BinaryFn::Or: return "logical_or";
-  }
-  return "?";
-}
-
-const char* name(ReduceFn f) {
-  switch (f) {
-    case ReduceFn::Sum: return "sum";
-    case ReduceFn::Max: return "amax";
-    case ReduceFn::Min: return "amin";
-  }
-  return "?";
-}
-
-bool is_comparison(BinaryFn f) {
-  return f == BinaryFn::Eq || f == BinaryFn::Ne || f == BinaryFn::Lt || f == BinaryFn::Le ||
-         f == BinaryFn::Gt || f == BinaryFn::Ge;
-}
-
 const Loop& Kernel::grid_loop() const {
   for (const Stmt& s : top)
     if (s.kind == Stmt::Kind::Loop) return loops.at(size_t(s.id));

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "deuteron/dtype.h"
+#include "ir/ops.h"
 
 namespace deuteron::ir {
 
@@ -91,17 +92,8 @@ enum class OpKind {
   Store,      // value into a block of a host tensor
 };
 
-enum class UnaryFn {
-  Neg, Exp, Exp2, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Silu, GeluTanh, GeluErf, Abs, Not, Erf
-};
-enum class BinaryFn { Add, Sub, Mul, Div, Max, Min, Eq, Ne, Lt, Le, Gt, Ge, And, Or };
-enum class ReduceFn { Sum, Max, Min };
-
+// UnaryFn, BinaryFn and ReduceFn, with their names and dtype rules: ir/ops.h.
 const char* name(OpKind k);
-const char* name(UnaryFn f);
-const char* name(BinaryFn f);
-const char* name(ReduceFn f);
-bool is_comparison(BinaryFn f);
 
 // One entry of an index into a host tensor.
 struct Index {

@@ -408,10 +408,11 @@ class Generator {
       case OpKind::TileSize: e = fmt::format("B_{}", axis(op.axis)); break;
       case OpKind::Cast: e = convert(in(0), k_.value(op.inputs[0]).dtype, r.dtype); break;
       case OpKind::Where: e = fmt::format("({} ? {} : {})", in(0), in_as(1, r.dtype), in_as(2, r.dtype)); break;
-      case OpKind::Unary: e = unary(op, in_as(0, op.unary == ir::UnaryFn::Not ? DType::boolean : r.dtype), r.dtype); break;
+      case OpKind::Unary:
+        e = unary(op, in_as(0, ir::operand_dtype(op.unary, k_.value(op.inputs[0]).dtype)), r.dtype);
+        break;
       case OpKind::Binary: {
-        DType t = promote(k_.value(op.inputs[0]).dtype, k_.value(op.inputs[1]).dtype);
-        if (op.binary == ir::BinaryFn::Div && !is_floating(t)) t = DType::f32;
+        DType t = ir::operand_dtype(op.binary, promote(k_.value(op.inputs[0]).dtype, k_.value(op.inputs[1]).dtype));
         e = binary(op.binary, in_as(0, t), in_as(1, t), t);
         break;
       }

@@ -865,15 +865,13 @@ class Generator {
         what = "tile_size " + k_.axes[size_t(op.axis)].name;
         break;
       case OpKind::Unary: {
-        DType t = op.unary == ir::UnaryFn::Not ? DType::boolean : r.dtype;
+        DType t = ir::operand_dtype(op.unary, in_dtype(0));
         e = unary(op.unary, align(convert(in(0), in_dtype(0), t), in_dims(0), r.dims, false, op));
         what = ir::name(op.unary);
         break;
       }
       case OpKind::Binary: {
-        DType t = promote(in_dtype(0), in_dtype(1));
-        if (op.binary == ir::BinaryFn::Div && !is_floating(t)) t = DType::f32;
-        if (op.binary == ir::BinaryFn::And || op.binary == ir::BinaryFn::Or) t = DType::boolean;
+        DType t = ir::operand_dtype(op.binary, promote(in_dtype(0), in_dtype(1)));
         e = binary(op.binary, align(convert(in(0), in_dtype(0), t), in_dims(0), r.dims, false, op),
                    align(convert(in(1), in_dtype(1), t), in_dims(1), r.dims, false, op));
         what = ir::name(op.binary);
