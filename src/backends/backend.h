@@ -63,6 +63,12 @@ class Backend {
     (void)k;
     return c;
   }
+  // Throws CompileError naming the first construct of the kernel this target cannot express
+  // (no config helps: emit and compile would fail the same way).
+  virtual void check_expressible(const plan::Plan& p) const { (void)p; }
+  // Whether this target runs in a simulator on this machine (interpret mode): commands then
+  // default to the small shapes and a single timed run.
+  virtual bool simulated() const { return false; }
   virtual std::string emit(const plan::Plan& p) const = 0;
   virtual std::unique_ptr<Executable> compile(const plan::Plan& p) const = 0;
   // How the autotuner times this target's candidates; nullptr: it cannot (defaults are used).

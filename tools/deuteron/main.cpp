@@ -30,7 +30,7 @@ std::vector<int64_t> pick_shape(const examples::Entry& e, const std::string& sha
     return s;
   }
   // Pallas runs under TPU interpret mode here, a simulator: bench shapes would take minutes.
-  if (shapes == "small" || (shapes.empty() && target == "pallas")) return e.small_shape;
+  if (shapes == "small" || (shapes.empty() && backends::get(target).simulated())) return e.small_shape;
   if (shapes == "bench" || shapes.empty()) return e.bench_shape;
   throw ArgumentError(fmt::format("--shapes must be small or bench, not '{}'", shapes));
 }
@@ -85,7 +85,7 @@ int cmd_run(const RunOptions& o) {
   std::vector<double> ms;
   r.exe->run(r.bound.tensors, r.bound.scalars);
   auto start = clock::now();
-  int repeat = o.repeat > 0 ? o.repeat : o.target == "pallas" ? 1 : 1000;
+  int repeat = o.repeat > 0 ? o.repeat : backends::get(o.target).simulated() ? 1 : 1000;
   for (int i = 0; i < repeat; ++i) {
     auto t0 = clock::now();
     r.exe->run(r.bound.tensors, r.bound.scalars);
@@ -160,17 +160,36 @@ int cmd_emit(const RunOptions& o, bool ir, bool plan) {
   return 0;
 }
 
+// The targets that can express a kernel (at its small shape, with the default config), and why
+// the others cannot.
+std::pair<std::vector<std::string>, Json> expressible_on(const examples::Entry& e) {
+  std::vector<std::string> ok;
+  Json why = Json::object();
+  auto args = e.inputs(e.small_shape, e.dtypes.front(), 1);
+  for (const std::string& target : backends::names()) {
+    try {
+      auto s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), target);
+      s.backend->check_expressible(driver::lower(s, s.space.default_config()));
+      ok.push_back(target);
+    } catch (const Error& err) {
+      why[target] = err.message();
+    }
+  }
+  return {ok, why};
+}
+
 int cmd_list(bool json) {
   Json all = Json::array();
   for (const auto& e : examples::catalogue()) {
     std::vector<std::string> dts;
     for (DType d : e.dtypes) dts.emplace_back(dtype_name(d));
+    auto [targets, why] = expressible_on(e);
     if (json)
       all.push_back({{"name", e.name}, {"summary", e.summary}, {"bench_shape", e.bench_shape},
-                     {"small_shape", e.small_shape}, {"dtypes", dts}});
+                     {"small_shape", e.small_shape}, {"dtypes", dts}, {"targets", targets}, {"not_on", why}});
     else
-      fmt::print("{:<20} {}  [bench {}; dtypes {}]\n", e.name, e.summary, fmt::join(e.bench_shape, "x"),
-                 fmt::join(dts, ", "));
+      fmt::print("{:<20} {}  [bench {}; dtypes {}; targets {}]\n", e.name, e.summary, fmt::join(e.bench_shape, "x"),
+                 fmt::join(dts, ", "), fmt::join(targets, ", "));
   }
   if (json) std::cout << all.dump() << "\n";
   return 0;

@@ -277,6 +277,8 @@ config::Config PallasBackend::adjust_default(const config::ConfigSpace& space, c
   return out;
 }
 
+void PallasBackend::check_expressible(const plan::Plan& p) const { pallas::check_expressible(p, generation()); }
+
 std::string PallasBackend::emit(const plan::Plan& p) const { return generate(p, generation()); }
 
 std::unique_ptr<backends::Executable> PallasBackend::compile(const plan::Plan& p) const {

@@ -24,6 +24,10 @@ class PallasBackend : public backends::Backend {
   void refine(plan::Plan& p, const config::TargetLimits& limits) const override;
   // Throw CompileError naming the construct for kernels this target cannot express yet
   // (inner tile loops, gathers, ...).
+  // The constructs the generator cannot lower yet (inner tile loops, hl::dot, gathers, ...).
+  void check_expressible(const plan::Plan& p) const override;
+  // Runs under JAX's TPU interpret mode here.
+  bool simulated() const override { return true; }
   std::string emit(const plan::Plan& p) const override;
   // Writes the module to the on-disk cache (cache_root()/pallas) and returns an executable
   // that runs it through the runner in a subprocess. Throws CompileError when the Python

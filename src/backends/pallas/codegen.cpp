@@ -1019,6 +1019,13 @@ Footprint vmem_footprint(const plan::Plan& p, const TpuGeneration& chip) {
   return footprint(Analysis(p, chip));
 }
 
+void check_expressible(const plan::Plan& p, const TpuGeneration& chip) {
+  try {
+    Analysis an(p, chip);  // throws CompileError for a construct before any config problem
+  } catch (const ConfigError&) {
+  }
+}
+
 Footprint check(const plan::Plan& p, const TpuGeneration& chip) {
   // Constructs the target cannot express are no config's fault: emit() and compile() report
   // them (CompileError). Here only what a config decides: blocks and VMEM (ConfigError).

@@ -31,6 +31,8 @@ struct Footprint {
 // the footprint (zero for a plan the target cannot express).
 Footprint check(const plan::Plan& p, const TpuGeneration& chip);
 
+// Throws CompileError naming the first construct the target cannot express.
+void check_expressible(const plan::Plan& p, const TpuGeneration& chip);
 // The footprint of an expressible plan (throws CompileError like check otherwise).
 Footprint vmem_footprint(const plan::Plan& p, const TpuGeneration& chip);
 
