@@ -57,6 +57,9 @@ import traceback
 
 # Interpret mode only needs the CPU backend; do not probe for accelerators.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# The generated modules live in Deuteron's cache, which checks every file it keeps there: no
+# __pycache__ beside them (a stale or planted .pyc would be run instead of the checked module).
+sys.dont_write_bytecode = True
 
 PROG = "deuteron_pallas_runner"
 

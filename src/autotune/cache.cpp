@@ -1,7 +1,6 @@
 #include "autotune/cache.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <sstream>
 
@@ -9,6 +8,8 @@
 
 #include "deuteron/error.h"
 #include "runtime/disk_cache.h"
+#include "runtime/json.h"
+#include "runtime/text.h"
 
 #ifndef DEUTERON_VERSION
 #define DEUTERON_VERSION "unknown"
@@ -22,13 +23,6 @@ using Json = nlohmann::json;
 namespace {
 
 constexpr int kFormat = 1;
-
-std::string dir_name(const std::string& kernel) {
-  std::string s;
-  for (char c : kernel.substr(0, 64))
-    s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-') ? c : '_';
-  return s.empty() ? "kernel" : s;
-}
 
 Json key_json(const CacheKey& k) {
   return Json{{"kernel", k.kernel},   {"source_hash", k.source_hash}, {"key", k.spec_key},
@@ -54,7 +48,7 @@ std::string CacheKey::id() const {
   return hash_hex(fmt::format("deuteron-autotune v{}\n{}\n{}\n{}\n{}\n{}\n{}", kFormat, kernel,
                               source_hash, spec_key, target, hardware, version));
 }
-fs::path CacheKey::dir() const { return cache_root() / "autotune" / dir_name(kernel); }
+fs::path CacheKey::dir() const { return cache_root() / "autotune" / runtime::file_stem(kernel); }
 fs::path CacheKey::path() const { return dir() / (id() + ".json"); }
 fs::path CacheKey::log_path() const { return dir() / (id() + ".log"); }
 fs::path CacheKey::lock_path() const { return dir() / (id() + ".lock"); }
@@ -99,12 +93,10 @@ std::optional<CacheEntry> parse_entry(const std::string& text, std::string* prob
     if (problem) *problem = why;
     return std::nullopt;
   };
-  Json j;
-  try {
-    j = Json::parse(text);
-  } catch (const Json::exception& e) {
-    return bad(text.empty() ? "empty file" : fmt::format("not valid JSON (truncated?): {}", e.what()));
-  }
+  std::string problem_text;
+  std::optional<Json> parsed = runtime::parse_json(text, &problem_text);
+  if (!parsed) return bad("the file " + problem_text);
+  Json j = std::move(*parsed);
   if (!j.is_object() || !j.contains("checksum") || !j["checksum"].is_string())
     return bad("no checksum");
   std::string sum = j["checksum"];
@@ -126,6 +118,12 @@ std::optional<CacheEntry> parse_entry(const std::string& text, std::string* prob
     e.time_s = j.at("time_s");
     e.default_time_s = j.at("default_time_s");
     e.info = j.value("info", Json::object());
+    if (!e.info.is_object()) return bad("info is not an object");
+    // What the tuner reads from info: a null (how NaN is written) or a wrong type is corrupt.
+    for (const char* key : {"others_cores", "created_unix", "tried"})
+      if (e.info.contains(key) && !runtime::finite_number(e.info, key)) return bad(fmt::format("info.{} is not a number", key));
+    for (const char* key : {"effort", "search"})
+      if (e.info.contains(key) && !e.info[key].is_string()) return bad(fmt::format("info.{} is not a string", key));
     return e;
   } catch (const std::exception& ex) {
     return bad(fmt::format("missing or malformed field: {}", ex.what()));
@@ -133,14 +131,12 @@ std::optional<CacheEntry> parse_entry(const std::string& text, std::string* prob
 }
 
 std::optional<CacheEntry> read_entry(const CacheKey& key, std::string* problem) {
-  std::optional<std::string> text;
-  try {
-    text = read_file(key.path());
-  } catch (const Error& e) {
-    if (problem) *problem = e.message();
+  std::string why;
+  std::optional<std::string> text = read_cache_file(key.path(), &why);
+  if (!text) {
+    if (problem) *problem = why;
     return std::nullopt;
   }
-  if (!text) return std::nullopt;
   auto e = parse_entry(*text, problem);
   if (!e) return std::nullopt;
   if (e->key.id() != key.id()) {
@@ -159,7 +155,7 @@ std::vector<ListedEntry> list_entries(const std::string& kernel) {
   if (!fs::is_directory(root, ec)) return out;
   std::vector<fs::path> dirs;
   if (!kernel.empty()) {
-    dirs.push_back(root / dir_name(kernel));
+    dirs.push_back(root / runtime::file_stem(kernel));
   } else {
     for (auto& d : fs::directory_iterator(root, ec))
       if (d.is_directory() && d.path().filename() != "bin") dirs.push_back(d.path());
@@ -170,12 +166,7 @@ std::vector<ListedEntry> list_entries(const std::string& kernel) {
       if (f.path().extension() != ".json") continue;
       ListedEntry le;
       le.path = f.path();
-      try {
-        auto text = read_file(f.path());
-        if (text) le.entry = parse_entry(*text, &le.problem);
-      } catch (const Error& e) {
-        le.problem = e.message();
-      }
+      if (auto text = read_cache_file(f.path(), &le.problem)) le.entry = parse_entry(*text, &le.problem);
       if (le.entry && le.entry->key.id() != f.path().stem().string()) {
         le.entry.reset();
         le.problem = "the file name does not match the entry's key";

@@ -34,6 +34,7 @@
 #include "backends/registry.h"
 #include "deuteron/error.h"
 #include "runtime/disk_cache.h"
+#include "runtime/env.h"
 #include "runtime/machine_load.h"
 #include "runtime/process.h"
 
@@ -1028,9 +1029,8 @@ std::optional<CacheEntry> lookup(const CacheKey& key, const driver::Specialized&
 class FileLock {
  public:
   explicit FileLock(const fs::path& p) {
-    std::error_code ec;
-    fs::create_directories(p.parent_path(), ec);
-    fd_ = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    make_private_dirs(p.parent_path());
+    fd_ = ::open(p.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd_ >= 0)
       while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
       }
@@ -1147,7 +1147,7 @@ driver::Choice choose(const driver::Specialized& s, const std::string& effort) {
   o.effort = effort;
   o.time_budget_s = s.kernel->options().tune_budget_s;
   if (std::string v = env("DEUTERON_AUTOTUNE_SEARCH"); !v.empty()) o.search = v;
-  if (std::string v = env("DEUTERON_AUTOTUNE_SEED"); !v.empty()) o.seed = std::strtoull(v.c_str(), nullptr, 10);
+  if (auto seed = runtime::env_integer("DEUTERON_AUTOTUNE_SEED", 0, INT64_MAX)) o.seed = uint64_t(*seed);
   if (std::string v = env("DEUTERON_AUTOTUNE_PROGRESS"); !v.empty()) o.progress = v;
   if (env("DEUTERON_AUTOTUNE_RETUNE") == "1") o.read_cache = false;
   // A target the tuner cannot time yet runs its default config, quietly.

@@ -8,17 +8,17 @@
 
 #include "config/keys.h"
 #include "deuteron/error.h"
+#include "runtime/json.h"
 
 namespace deuteron::config {
 
 Config Config::parse(const std::string& text) {
-  Json j;
-  try {
-    j = Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    throw ConfigError(fmt::format("config is not valid JSON: {}", e.what()), "",
+  std::string problem;
+  std::optional<Json> parsed = runtime::parse_json(text, &problem);
+  if (!parsed)
+    throw ConfigError(fmt::format("config {}", problem), "",
                       R"(write it as a JSON object, e.g. {"block_t0": 4})");
-  }
+  Json j = std::move(*parsed);
   if (!j.is_object())
     throw ConfigError(fmt::format("config must be a JSON object, got: {}", text), "",
                       R"(write it as a JSON object, e.g. {"block_t0": 4})");
@@ -269,7 +269,9 @@ Config ConfigSpace::complete(const Config& c) const {
       throw ConfigError(fmt::format("config names '{}', which this kernel does not have", name), "",
                         fmt::format("its tunables are: {}", fmt::join(names, ", ")));
     }
-    if (std::find(it->values.begin(), it->values.end(), value) == it->values.end()) {
+    // Of the same kind, too: 4.0 equals 4 in JSON, but a block size is an integer.
+    auto same = [&](const Json& v) { return v == value && v.is_number_integer() == value.is_number_integer(); };
+    if (std::none_of(it->values.begin(), it->values.end(), same)) {
       std::vector<std::string> legal;
       for (auto& v : it->values) legal.push_back(v.dump());
       throw ConfigError(fmt::format("illegal value {} for '{}' ({})", value.dump(), name, it->help),

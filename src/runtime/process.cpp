@@ -4,6 +4,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,6 +48,65 @@ std::string ExitStatus::describe() const {
   return fmt::format("killed by {} ({})", signal_name(signal), what ? what : "?");
 }
 
+namespace {
+
+// The supervisor: the forked process between the host and the program it starts. It leads the
+// program's process group and dies with it, mirroring its exit status; and when the host dies
+// (SIGHUP, its parent-death signal) it terminates the whole group: SIGTERM first, so that g++
+// removes its temporary files, then SIGKILL for whatever is left (cc1plus, as). Only
+// async-signal-safe calls here: the host may have other threads, frozen mid-call by fork.
+[[noreturn]] void supervise(pid_t host, char* const* argv, bool search_path, const posix_spawn_file_actions_t* fa,
+                            const posix_spawnattr_t* attr, int report) {
+  sigset_t all, watched;
+  sigfillset(&all);
+  sigprocmask(SIG_SETMASK, &all, nullptr);  // signals are taken with sigtimedwait below
+  signal(SIGCHLD, SIG_DFL);                 // the host may ignore it, which would reap for us
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGHUP);
+  pid_t child = -1;
+  int err = getppid() != host ? ECHILD  // the host died before prctl took effect
+            : search_path     ? posix_spawnp(&child, argv[0], fa, attr, argv, environ)
+                              : posix_spawn(&child, argv[0], fa, attr, argv, environ);
+  (void)!::write(report, &err, sizeof err);
+  // Every descriptor the host had (its other children's pipes among them) is the program's
+  // business now, not ours: end of file on a pipe must mean the program is done.
+  if (::close_range(0, ~0U, 0) != 0)
+    for (int fd = 0; fd < 1024; ++fd) ::close(fd);
+  if (err != 0) _exit(127);
+
+  sigemptyset(&watched);
+  for (int sig : {SIGCHLD, SIGHUP, SIGTERM, SIGINT, SIGQUIT}) sigaddset(&watched, sig);
+  timespec forever = {1 << 30, 0};
+  for (;;) {
+    int status = 0;
+    if (::waitpid(child, &status, WNOHANG) == child) {
+      if (WIFEXITED(status)) _exit(WEXITSTATUS(status));
+      int sig = WTERMSIG(status);
+      rlimit no_core = {0, 0};
+      setrlimit(RLIMIT_CORE, &no_core);
+      signal(sig, SIG_DFL);
+      sigprocmask(SIG_UNBLOCK, &all, nullptr);
+      ::kill(getpid(), sig);
+      _exit(128 + sig);
+    }
+    int sig = sigtimedwait(&watched, nullptr, &forever);
+    if (sig == SIGHUP) break;
+    if (sig == SIGTERM || sig == SIGINT || sig == SIGQUIT) ::kill(child, sig);
+  }
+  ::kill(0, SIGTERM);
+  sigemptyset(&watched);
+  sigaddset(&watched, SIGCHLD);
+  timespec grace = {2, 0};
+  double until = monotonic_seconds() + 2;
+  int status = 0;
+  while (::waitpid(child, &status, WNOHANG) != child && monotonic_seconds() < until)
+    sigtimedwait(&watched, nullptr, &grace);
+  ::kill(0, SIGKILL);
+  _exit(137);
+}
+
+}  // namespace
+
 int spawn_process(const std::vector<std::string>& argv, const SpawnOptions& options, pid_t* pid) {
   if (argv.empty()) return EINVAL;
   std::vector<char*> cargv;
@@ -68,15 +129,39 @@ int spawn_process(const std::vector<std::string>& argv, const SpawnOptions& opti
   sigemptyset(&defaults);
   // The host may ignore or handle these (a tuner ignores SIGPIPE, a test harness traps
   // crashes); the child must see them as a fresh process would.
-  for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGCHLD}) sigaddset(&defaults, s);
+  for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGCHLD, SIGHUP, SIGQUIT})
+    sigaddset(&defaults, s);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  int err = options.search_path ? posix_spawnp(pid, cargv[0], &fa, &attr, cargv.data(), environ)
-                                : posix_spawn(pid, cargv[0], &fa, &attr, cargv.data(), environ);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+
+  int report[2] = {-1, -1};
+  pid_t sup = -1;
+  int err = pipe2(report, O_CLOEXEC) == 0 ? 0 : errno;
+  if (err == 0) {
+    pid_t host = getpid();
+    sup = fork();
+    if (sup == 0) supervise(host, cargv.data(), options.search_path, &fa, &attr, report[1]);
+    if (sup < 0) err = errno;
+    ::close(report[1]);
+  }
+  if (sup > 0) {
+    setpgid(sup, sup);  // also here: no race with a kill of the group right after fork
+    // The supervisor says whether the program started (an errno, 0 when it did).
+    int started = 0;
+    ssize_t n;
+    while ((n = ::read(report[0], &started, sizeof started)) < 0 && errno == EINTR) {
+    }
+    err = n == ssize_t(sizeof started) ? started : ECHILD;
+    if (err != 0) {
+      ExitStatus ignored;
+      reap(sup, &ignored, true);
+    }
+  }
+  if (report[0] >= 0) ::close(report[0]);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
+  if (err == 0) *pid = sup;
   return err;
 }
 

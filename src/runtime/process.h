@@ -1,7 +1,10 @@
 // Child processes, for everything that runs another program: the C++ compiler, the Pallas
 // runner, the autotuner's runners. A child starts in its own process group (so a timeout can
 // kill the whole tree it started), with an empty signal mask and default signal dispositions,
-// whatever the host process set up.
+// whatever the host process set up. It dies with the host: a small forked supervisor leads
+// the group, starts the program, exits as it exits (same code, same signal), and when the
+// thread that started it dies (even by SIGKILL) terminates the whole group, g++'s cc1plus
+// and as included.
 #pragma once
 
 #include <sys/types.h>
@@ -36,7 +39,9 @@ struct SpawnOptions {
   int close_from = -1;
 };
 
-// Starts argv. Returns 0 and the child's pid, or the errno of the failure.
+// Starts argv. Returns 0 and the child's pid (its supervisor's, which stands for it: signals,
+// exit status, process group), or the errno of the failure. The calling thread must outlive
+// the child (it waits for it, as run_captured does).
 int spawn_process(const std::vector<std::string>& argv, const SpawnOptions& options, pid_t* pid);
 
 // Waits for `pid`; non-blocking unless `block`. Returns false while it is still running.

@@ -1,6 +1,7 @@
 // deuteron: the command-line tool. `deuteron --help` lists the subcommands.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -19,11 +20,12 @@ namespace {
 
 using Json = nlohmann::json;
 
-// The shape to use: --shape, else --shapes small|bench (default bench).
-std::vector<int64_t> pick_shape(const examples::Entry& e, const std::string& shape, const std::string& shapes,
-                                const std::string& target) {
-  if (!shape.empty()) {
-    auto s = parse_shape(shape);
+}  // namespace
+
+std::vector<int64_t> pick_shape(const examples::Entry& e, const std::optional<std::string>& shape,
+                                const std::string& shapes, const std::string& target) {
+  if (shape) {  // given, even as '': then it is a bad shape, not the default one
+    auto s = parse_shape(*shape);
     if (s.size() != e.bench_shape.size())
       throw ArgumentError(fmt::format("kernel '{}' takes a shape of {} sizes ({}), got {}", e.name,
                                       e.bench_shape.size(), fmt::join(e.shape_names, ", "), s.size()));
@@ -34,6 +36,8 @@ std::vector<int64_t> pick_shape(const examples::Entry& e, const std::string& sha
   if (shapes == "bench" || shapes.empty()) return e.bench_shape;
   throw ArgumentError(fmt::format("--shapes must be small or bench, not '{}'", shapes));
 }
+
+namespace {
 
 DType pick_dtype(const examples::Entry& e, const std::string& name) {
   DType dt = parse_dtype(name);
@@ -57,7 +61,8 @@ double median(std::vector<double> v) {
 }
 
 struct RunOptions {
-  std::string kernel, target = "cpu", shape, shapes, dtype = "float32", config;
+  std::string kernel, target = "cpu", shapes, dtype = "float32", config;
+  std::optional<std::string> shape;
   int repeat = 0;
   bool json = false;
 };
@@ -238,6 +243,18 @@ std::vector<int64_t> parse_shape(const std::string& text) {
   return shape;
 }
 
+CLI::Validator finite_range(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        char* end = nullptr;
+        double v = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0' || !std::isfinite(v) || v < lo || v > hi)
+          return fmt::format("'{}' is not a number from {} to {}", text, lo, hi);
+        return "";
+      },
+      fmt::format("NUMBER in [{} - {}]", lo, hi));
+}
+
 void add_core_commands(CLI::App& app) {
   static RunOptions o;
   static bool ir = false, plan = false, remeasure = false;
@@ -252,7 +269,8 @@ void add_core_commands(CLI::App& app) {
   };
   CLI::App* run = app.add_subcommand("run", "make inputs, run a kernel, check it against its reference, time it");
   add_kernel_opts(run);
-  run->add_option("--repeat", o.repeat, "timed runs (default: about one second's worth)");
+  run->add_option("--repeat", o.repeat, "timed runs (default: about one second's worth)")
+      ->check(CLI::Range(1, 1000000));
   run->callback([] { std::exit(cmd_run(o)); });
 
   CLI::App* emit = app.add_subcommand("emit", "print a kernel's generated code, IR or plan");

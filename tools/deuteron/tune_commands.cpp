@@ -1,4 +1,6 @@
 // `deuteron tune` and `deuteron cache`: the autotuner's command line.
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -25,7 +27,8 @@ namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
 struct TuneCli {
-  std::string kernel, shape, shapes, dtype = "float32", target = "cpu", effort = "quick", search = "auto";
+  std::optional<std::string> shape;
+  std::string kernel, shapes, dtype = "float32", target = "cpu", effort = "quick", search = "auto";
   std::string progress = "auto", inject;
   uint64_t seed = 0;
   bool retune = false, json = false, no_warm_start = false;
@@ -35,19 +38,7 @@ struct TuneCli {
 
 int cmd_tune(const TuneCli& o) {
   const examples::Entry& e = examples::find(o.kernel);
-  std::vector<int64_t> shape;
-  if (!o.shape.empty()) {
-    shape = parse_shape(o.shape);
-    if (shape.size() != e.bench_shape.size())
-      throw ArgumentError(fmt::format("kernel '{}' takes a shape of {} sizes ({}), got {}", e.name,
-                                      e.bench_shape.size(), fmt::join(e.shape_names, ", "), shape.size()));
-  } else if (o.shapes == "small") {
-    shape = e.small_shape;
-  } else if (o.shapes.empty() || o.shapes == "bench") {
-    shape = e.bench_shape;
-  } else {
-    throw ArgumentError(fmt::format("--shapes must be small or bench, not '{}'", o.shapes));
-  }
+  std::vector<int64_t> shape = pick_shape(e, o.shape, o.shapes, o.target);
   DType dt = parse_dtype(o.dtype);
   if (std::find(e.dtypes.begin(), e.dtypes.end(), dt) == e.dtypes.end())
     throw ArgumentError(fmt::format("kernel '{}' does not run in {}", e.name, o.dtype));
@@ -213,35 +204,41 @@ int cmd_cache_show(const std::string& what, bool log) {
   return 0;
 }
 
+// Prints what a clear did; non-zero when a removal failed.
+int report_clear(const ClearReport& r, const std::string& what) {
+  fmt::print("removed {} from {}\n", what, cache_root().string());
+  if (!r.kept.empty()) {
+    fmt::print("kept {} file{} Deuteron did not write:\n", r.kept.size(), r.kept.size() == 1 ? "" : "s");
+    for (size_t i = 0; i < r.kept.size() && i < 10; ++i) fmt::print("  {}\n", r.kept[i].string());
+    if (r.kept.size() > 10) fmt::print("  ... and {} more\n", r.kept.size() - 10);
+  }
+  for (const std::string& f : r.failed) fmt::print(stderr, "deuteron: could not remove {}\n", f);
+  return r.failed.empty() ? 0 : 1;
+}
+
 int cmd_cache_clear(const std::string& what, bool all) {
   fs::path root = cache_root();
-  std::error_code ec;
   if (all) {
-    int files = 0;
-    uint64_t bytes = dir_bytes(root, &files);
-    for (auto& d : fs::directory_iterator(root, ec)) fs::remove_all(d.path(), ec);
-    fmt::print("removed everything in {} ({} files, {:.1f} MiB)\n", root.string(), files, double(bytes) / (1 << 20));
-    return 0;
+    ClearReport r = clear_cache(root, true);
+    return report_clear(r, fmt::format("{} files ({:.1f} MiB)", r.removed, double(r.bytes) / (1 << 20)));
   }
-  int n = 0;
   if (what.empty()) {
-    auto entries = autotune::list_entries();
-    n = int(entries.size());
-    fs::path dir = root / "autotune";
-    for (auto& d : fs::directory_iterator(dir, ec))
-      if (d.path().filename() != "bin") fs::remove_all(d.path(), ec);
-  } else {
-    for (auto& le : select_entries(what)) {
-      fs::path p = le.path;
-      fs::remove(p, ec);
-      fs::remove(p.replace_extension(".log"), ec);
-      fs::remove(p.replace_extension(".lock"), ec);
-      ++n;
+    size_t n = autotune::list_entries().size();
+    ClearReport r = clear_cache(root, false);
+    return report_clear(r, fmt::format("{} autotune cache entr{} (compiled kernels kept: --all removes them too)", n,
+                                       n == 1 ? "y" : "ies"));
+  }
+  ClearReport r;
+  std::vector<autotune::ListedEntry> entries = select_entries(what);
+  for (auto& le : entries) {
+    fs::path p = le.path;
+    for (const char* ext : {".json", ".log", ".lock"}) {
+      std::error_code ec;
+      if (fs::remove(p.replace_extension(ext), ec)) ++r.removed;
+      else if (ec) r.failed.push_back(fmt::format("{}: {}", p.string(), ec.message()));
     }
   }
-  fmt::print("removed {} autotune cache entr{}{}\n", n, n == 1 ? "y" : "ies",
-             what.empty() ? " (compiled kernels kept: --all removes them too)" : "");
-  return 0;
+  return report_clear(r, fmt::format("{} autotune cache entr{}", entries.size(), entries.size() == 1 ? "y" : "ies"));
 }
 
 }  // namespace
@@ -258,12 +255,17 @@ void add_tune_commands(CLI::App& app) {
       ->check(CLI::IsMember({"none", "quick", "full"}));
   tune->add_option("--search", o.search, "auto (default), random, pattern, de or exhaustive")
       ->check(CLI::IsMember({"auto", "random", "pattern", "de", "exhaustive"}));
-  tune->add_option("--seed", o.seed, "seed of the search (default 0)");
+  tune->add_option("--seed", o.seed, "seed of the search (default 0)")->check(CLI::Range(uint64_t(0), uint64_t(INT64_MAX)));
   tune->add_flag("--retune", o.retune, "ignore the cached config and tune again");
   tune->add_flag("--no-warm-start", o.no_warm_start, "do not seed the search with other shapes' configs");
-  tune->add_option("--jobs", o.jobs, "compile workers (default: one per core)");
-  tune->add_option("--max-candidates", o.max_candidates, "candidates to compile at most (default: from --effort)");
-  tune->add_option("--time-budget", o.time_budget, "seconds of search at most (default: from --effort)");
+  // More compile workers than that only share the cores (1000 started 37 compilers on 2).
+  int max_jobs = 4 * std::max(1, int(sysconf(_SC_NPROCESSORS_ONLN)));
+  tune->add_option("--jobs", o.jobs, fmt::format("compile workers (default: one per core; at most {})", max_jobs))
+      ->check(CLI::Range(1, max_jobs));
+  tune->add_option("--max-candidates", o.max_candidates, "candidates to compile at most (default: from --effort)")
+      ->check(CLI::Range(1, 1000000));
+  tune->add_option("--time-budget", o.time_budget, "seconds of search at most (default: from --effort)")
+      ->check(finite_range(0.1, 86400));
   tune->add_option("--progress", o.progress, "auto, bar, lines or quiet")
       ->check(CLI::IsMember({"auto", "bar", "lines", "quiet"}));
   tune->add_option("--inject", o.inject, "test hook: crash:SUBSTRING;hang:...;wrong:...;oom:...")->group("");

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cctype>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -19,8 +18,11 @@
 
 #include "backends/cpu/hardware.h"
 #include "deuteron/error.h"
+#include "runtime/checksum.h"
 #include "runtime/disk_cache.h"
+#include "runtime/env.h"
 #include "runtime/process.h"
+#include "runtime/text.h"
 
 
 namespace deuteron::cpu {
@@ -48,6 +50,7 @@ std::string join(const std::vector<std::string>& v, const char* sep = " ") {
 // process group (the driver's cc1plus, as and ld too). Throws CompileError if it cannot start.
 runtime::Captured run_compiler(const std::vector<std::string>& argv, double timeout_s) {
   if (argv.empty()) throw CompileError("no C++ compiler given", "", "set $CXX or CompileOptions::compiler");
+  (void)runtime::temp_dir();  // throws, naming TMPDIR, where the compiler could not write its files
   runtime::Captured r = runtime::run_captured(
       argv, timeout_s, {.search_path = true, .merge_output = true, .max_output = 256 * 1024});
   if (r.spawn_error != 0)
@@ -92,12 +95,22 @@ std::vector<std::string> include_args(const std::vector<std::string>& dirs) {
   return out;
 }
 
-// Kernel names go into file names: keep them tame.
-std::string file_stem(const std::string& name) {
-  std::string s;
-  for (char c : name.substr(0, 64))
-    s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-') ? c : '_';
-  return s.empty() ? "kernel" : s;
+// Flags that let the compiler assume no NaN, infinity or signed zero, or reassociate sums:
+// kernels then give other answers than their references (softmax by 2e-3 under -ffast-math).
+void warn_about_fp_flags(const std::vector<std::string>& words) {
+  static const std::set<std::string> risky = {
+      "-ffast-math",       "-Ofast",          "-funsafe-math-optimizations", "-ffinite-math-only",
+      "-fno-signed-zeros", "-freciprocal-math", "-fassociative-math",        "-fcx-limited-range",
+      "-fno-honor-nans",   "-fno-honor-infinities"};
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  for (const std::string& w : words) {
+    std::lock_guard lock(mu);
+    if (risky.count(w) && warned.insert(w).second)
+      runtime::warn(fmt::format("DEUTERON_CXXFLAGS has {}, which changes floating-point semantics: kernels may no "
+                                "longer match their references (NaN, infinity and rounding behave differently)",
+                                w));
+  }
 }
 
 std::mutex g_pch_mu;
@@ -115,13 +128,27 @@ std::vector<std::string> pch_args(const CompileOptions& opt, const std::string& 
   std::vector<std::string> fallback = {"-include", header.string()};
   auto text = read_file(header);
   if (!text) return fallback;  // the kernel compile will report the missing file
+  // The wrapper names the header in an #include, which has no escapes: a path holding a quote
+  // or a line break cannot be written there (it is given to -include as an argument instead).
+  if (header.string().find_first_of("\"\n\r") != std::string::npos) return fallback;
 
   std::string key = hash_hex(base_key + "\npch " + header.string() + "\n" + *text);
   std::string base = header.filename().string();
   fs::path dir = cache_dir / ("pch-" + key);
   std::vector<std::string> use = {"-include", (dir / base).string()};
+  std::string wrapper = "#include \"" + header.string() + "\"\n";
   std::error_code ec;
-  if (fs::exists(dir / (base + ".gch"), ec)) return use;
+  runtime::ArtifactCheck gch = runtime::check_artifact(dir / (base + ".gch"));
+  std::string problem;
+  std::optional<std::string> kept = read_cache_file(dir / base, &problem);
+  if (gch.ok() && kept == wrapper) return use;
+  if (gch.exists || kept || !problem.empty()) {
+    std::string why = !gch.problem.empty() ? gch.problem
+                      : !problem.empty()     ? "has a wrapper that " + problem
+                                             : "is incomplete or was modified";
+    runtime::warn(fmt::format("the precompiled header in {} {}; building it again", dir.string(), why));
+    fs::remove_all(dir, ec);
+  }
   {
     std::lock_guard lock(g_pch_mu);
     if (g_pch_failed.count(key)) return fallback;
@@ -130,7 +157,7 @@ std::vector<std::string> pch_args(const CompileOptions& opt, const std::string& 
   // Build in a private directory, then rename it into place: the rename is atomic, and a
   // loser of a race between processes just drops its copy.
   fs::path tmp = cache_dir / ("pch-" + key + ".tmp-" + unique_suffix());
-  atomic_write(tmp / base, "#include \"" + header.string() + "\"\n");
+  atomic_write(tmp / base, wrapper);
   std::vector<std::string> argv = split_words(opt.compiler);
   for (const auto& f : opt.flags)
     if (f != "-shared") argv.push_back(f);
@@ -145,6 +172,7 @@ std::vector<std::string> pch_args(const CompileOptions& opt, const std::string& 
   runtime::Captured r = run_compiler(argv, opt.timeout_s);
   *seconds += runtime::monotonic_seconds() - t0;
   bool ok = r.exit.success() && !r.timed_out;
+  if (ok) runtime::seal_artifact(tmp / (base + ".gch"), 0600);
   if (ok && ::rename(tmp.c_str(), dir.c_str()) != 0 && !fs::exists(dir / (base + ".gch"), ec))
     ok = false;
   fs::remove_all(tmp, ec);  // no-op after a successful rename
@@ -164,9 +192,16 @@ std::string default_compiler() {
 std::vector<std::string> default_flags() {
   std::vector<std::string> flags = {"-O3",    "-march=native", "-fopenmp",         "-fPIC",
                                     "-shared", "-std=c++20",   "-fno-math-errno", "-ffp-contract=fast"};
-  if (const char* extra = std::getenv("DEUTERON_CXXFLAGS"))
-    for (std::string& f : split_words(extra)) flags.push_back(std::move(f));
+  if (const char* extra = std::getenv("DEUTERON_CXXFLAGS")) {
+    std::vector<std::string> words = split_words(extra);
+    warn_about_fp_flags(words);
+    for (std::string& f : words) flags.push_back(std::move(f));
+  }
   return flags;
+}
+
+double default_timeout() {
+  return runtime::env_number("DEUTERON_COMPILE_TIMEOUT", 0, 86400, /*lo_open=*/true).value_or(60);
 }
 
 SharedObject::SharedObject(void* handle, fs::path path)
@@ -216,9 +251,8 @@ int compiler_invocations() { return g_invocations.load(); }
 CompileResult compile_and_load(const std::string& name, const std::string& source,
                                const CompileOptions& opt) {
   fs::path dir = cache_root() / "cpu";
+  make_private_dirs(dir);
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw RuntimeError("cannot create " + dir.string() + ": " + ec.message());
 
   // Everything but the source and the PCH: the PCH key derives from this too.
   std::string base_key = "deuteron-cpu-so v1\n" + opt.compiler + "\n" +
@@ -231,18 +265,20 @@ CompileResult compile_and_load(const std::string& name, const std::string& sourc
   std::string key = hash_hex(base_key + "\n" + pch_text + "\nsource\n" + source);
 
   CompileResult res;
-  std::string stem = file_stem(name) + "-" + key;
+  std::string stem = runtime::file_stem(name) + "-" + key;
   res.source_path = dir / (stem + ".cpp");
   res.so_path = dir / (stem + ".so");
 
-  if (fs::exists(res.so_path, ec)) {
+  // Loaded only when it is ours and intact: a damaged .so crashes dlopen (SIGBUS, SIGSEGV).
+  if (runtime::ArtifactCheck so = runtime::check_artifact(res.so_path); so.ok()) {
     try {
       res.so = SharedObject::open(res.so_path);
       return res;
-    } catch (const RuntimeError&) {
-      // Unloadable (truncated by a full disk, or foreign): rebuild it below.
-      fs::remove(res.so_path, ec);
+    } catch (const RuntimeError& e) {
+      runtime::warn(fmt::format("{}; compiling it again", e.message()));
     }
+  } else if (so.exists) {
+    runtime::warn(fmt::format("the cached kernel {} {}; compiling it again", res.so_path.string(), so.problem));
   }
 
   atomic_write(res.source_path, source);
@@ -270,8 +306,10 @@ CompileResult compile_and_load(const std::string& name, const std::string& sourc
     throw CompileError(fmt::format("{} on kernel '{}'\n  source: {}\n  command: {}\n{}", what,
                                    name, res.source_path.string(), join(argv),
                                    truncated(r.out)),
-                       "", "the generated source is kept at " + res.source_path.string());
+                       "", r.timed_out ? "raise DEUTERON_COMPILE_TIMEOUT (seconds, default 60)"
+                                       : "the generated source is kept at " + res.source_path.string());
   }
+  runtime::seal_artifact(tmp_so, 0700);
   if (::rename(tmp_so.c_str(), res.so_path.c_str()) != 0) {
     int err = errno;
     fs::remove(tmp_so, ec);

@@ -11,8 +11,12 @@ namespace deuteron::cpu {
 // $CXX (split on whitespace, so "ccache g++" works) or "g++".
 std::string default_compiler();
 // -O3 -march=native -fopenmp -fPIC -shared -std=c++20 -fno-math-errno -ffp-contract=fast, then
-// the words of $DEUTERON_CXXFLAGS (they are part of every cache key).
+// the words of $DEUTERON_CXXFLAGS (they are part of every cache key; flags that change
+// floating-point semantics, such as -ffast-math, draw a warning).
 std::vector<std::string> default_flags();
+// $DEUTERON_COMPILE_TIMEOUT (seconds), else 60; ArgumentError for a value that is not a
+// positive number.
+double default_timeout();
 
 struct CompileOptions {
   std::string compiler = default_compiler();
@@ -22,7 +26,7 @@ struct CompileOptions {
   // Optional header force-included (-include) into every kernel. It is precompiled once per
   // (compiler, flags, header text) into the cache; if that fails it is included as plain text.
   std::string precompiled_header;
-  double timeout_s = 60;
+  double timeout_s = default_timeout();
 };
 
 // A dlopen'ed shared object (RTLD_NOW | RTLD_LOCAL), closed when the last owner lets go.
@@ -55,7 +59,8 @@ struct CompileResult {
   std::filesystem::path source_path, so_path;
 };
 
-// Loads cache_root()/cpu/<name>-<key>.so if present; otherwise writes <name>-<key>.cpp there,
+// Loads cache_root()/cpu/<name>-<key>.so if present, ours and intact (runtime/checksum.h; a
+// damaged one is compiled again, with a warning); otherwise writes <name>-<key>.cpp there,
 // compiles it, and loads the result. The key hashes the source, the compiler's identity, the
 // flags, the include dirs' contents, the precompiled header's text and cpu_info().features_key.
 // Safe for concurrent callers, threads or processes. Throws CompileError (compiler output and

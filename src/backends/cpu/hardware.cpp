@@ -18,6 +18,8 @@
 
 #include "deuteron/error.h"
 #include "runtime/disk_cache.h"
+#include "runtime/env.h"
+#include "runtime/json.h"
 #include "runtime/machine_load.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -148,20 +150,6 @@ int count_cores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-// "1048576", "1024K", "1M" -> bytes; 0 if unparsable.
-int64_t parse_bytes(const char* s) {
-  char* end = nullptr;
-  long long v = std::strtoll(s, &end, 10);
-  if (end == s || v <= 0) return 0;
-  switch (*end) {
-    case 'k': case 'K': return v * KiB;
-    case 'm': case 'M': return v * MiB;
-    case 'g': case 'G': return v * 1024 * MiB;
-    case '\0': return v;
-    default: return 0;
-  }
-}
-
 CpuInfo detect() {
   CpuInfo info;
 #ifdef DEUTERON_X86
@@ -176,8 +164,8 @@ CpuInfo detect() {
   if (info.l1d_bytes <= 0) info.l1d_bytes = 48 * KiB;
   if (info.l2_bytes <= 0) info.l2_bytes = 1 * MiB;
   if (info.l3_bytes <= 0) info.l3_bytes = 32 * MiB;
-  if (const char* s = std::getenv("DEUTERON_L2_BYTES"))
-    if (int64_t v = parse_bytes(s)) info.l2_bytes = v;
+  // At least a page of scratch per thread, at most a TiB.
+  if (auto v = runtime::env_bytes("DEUTERON_L2_BYTES", 4 * KiB, int64_t(1) << 40)) info.l2_bytes = *v;
   return info;
 }
 
@@ -415,17 +403,16 @@ Roofline roofline(bool remeasure) {
                              std::to_string(info.cores));
   std::filesystem::path path = cache_root() / ("roofline-" + key.substr(0, 16) + ".json");
   if (!remeasure) {
-    if (auto text = read_file(path)) {
-      nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-      // A damaged or old-format file is ignored and measured again.
-      if (j.is_object() && j.value("peak_gflops", 0.0) > 0 && j.value("copy_gbps", 0.0) > 0 &&
-          j.value("peak_gflops_1core", 0.0) > 0 && j.value("copy_gbps_1core", 0.0) > 0) {
-        Roofline cached{j["peak_gflops"], j["peak_gflops_1core"], j["copy_gbps"], j["copy_gbps_1core"]};
-        if (!runtime::measure_again(!plausible(cached, info.cores), j.value("measured_at", 0.0))) {
-          memo = cached;
-          return *memo;
-        }
-      }
+    std::string problem;
+    std::optional<std::string> text = read_cache_file(path, &problem);
+    std::optional<nlohmann::json> j = text ? runtime::parse_json(*text, &problem) : std::nullopt;
+    // A damaged, foreign or old-format file (a NaN figure is written as null) is measured again.
+    auto figure = [&](const char* key) { return j ? runtime::finite_number(*j, key).value_or(0.0) : 0.0; };
+    Roofline cached{figure("peak_gflops"), figure("peak_gflops_1core"), figure("copy_gbps"), figure("copy_gbps_1core")};
+    if (cached.peak_gflops > 0 && cached.peak_gflops_1core > 0 && cached.copy_gbps > 0 && cached.copy_gbps_1core > 0 &&
+        !runtime::measure_again(!plausible(cached, info.cores), figure("measured_at"))) {
+      memo = cached;
+      return *memo;
     }
   }
   Roofline r = measure_roofline();

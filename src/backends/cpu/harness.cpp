@@ -15,8 +15,11 @@
 #include "backends/cpu/refine.h"
 #include "backends/cpu/runner_source.h"
 #include "deuteron/error.h"
+#include "runtime/checksum.h"
 #include "runtime/disk_cache.h"
+#include "runtime/env.h"
 #include "runtime/process.h"
+#include "runtime/text.h"
 
 namespace deuteron::cpu {
 
@@ -39,8 +42,10 @@ class CpuHarness : public backends::Harness {
     // point's signature is documented in cpu/codegen.h.
     fs::path so = fs::path(exe->source_path).replace_extension(".so");
     backends::Prepared out;
+    // The path is one encoded field: a newline or space in the cache path cannot end the
+    // command early or start another.
     out.kernel_line = fmt::format("kernel {} {} {} {}", (p.fast_memory_bytes + 63) / 64 * 64,
-                                  std::max(threads(p), 1), entry_name(p), so.string());
+                                  std::max(threads(p), 1), entry_name(p), runtime::encode_field(so.string()));
     out.compiled = exe->compiled;
     out.compile_seconds = exe->compile_seconds;
     return out;
@@ -56,7 +61,10 @@ class CpuHarness : public backends::Harness {
     fs::path dir = cache_root() / "autotune" / "bin";
     fs::path exe = dir / ("deuteron-runner-" + key.substr(0, 16));
     std::error_code ec;
-    if (fs::exists(exe, ec)) return {exe.string()};
+    // Used only when it is ours and intact: a truncated runner makes every candidate "crash".
+    if (runtime::ArtifactCheck a = runtime::check_artifact(exe); a.ok()) return {exe.string()};
+    else if (a.exists)
+      runtime::warn(fmt::format("the tuner's runner {} {}; building it again", exe.string(), a.problem));
 
     fs::path src = dir / ("deuteron-runner-" + key.substr(0, 16) + ".cpp");
     atomic_write(src, kCpuRunnerSource);
@@ -72,6 +80,7 @@ class CpuHarness : public backends::Harness {
     argv.push_back("-o");
     argv.push_back(tmp.string());
     argv.push_back("-ldl");
+    (void)runtime::temp_dir();  // throws, naming TMPDIR, where the compiler could not write its files
     runtime::Captured r = runtime::run_captured(argv, 120, {.search_path = true, .merge_output = true});
     if (r.spawn_error || r.timed_out || !r.exit.success()) {
       fs::remove(tmp, ec);
@@ -81,6 +90,7 @@ class CpuHarness : public backends::Harness {
       throw CompileError(fmt::format("cannot build the autotuner's runner program ({}):\n{}", why, r.out), "",
                          "the source is kept at " + src.string());
     }
+    runtime::seal_artifact(tmp, 0700);
     fs::rename(tmp, exe, ec);
     if (ec && !fs::exists(exe)) throw RuntimeError("cannot install " + exe.string() + ": " + ec.message());
     fs::remove(tmp, ec);

@@ -10,7 +10,7 @@
 //                                       (NaN for floats) before the first run
 //   tensor <offset>                     next host tensor's address (IR order)
 //   scalar <value>                      next scalar argument
-//   kernel <scratch/thread> <threads> <entry> <path to .so>
+//   kernel <scratch/thread> <threads> <entry> <path to .so, %XX-encoded (runtime/text.h)>
 //   timing <warmup s> <min reps> <max reps> <budget s> <cutoff s> <pause 0|1>
 //   memlimit <bytes>                    address space the runs may add (RLIMIT_AS)
 //   inject crash|hang|wrong|oom|none    test hook (DEUTERON_AUTOTUNE_INJECT)
@@ -85,6 +85,30 @@ static bool read_line(std::string& out) {
   }
 }
 
+static int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// A %XX-encoded field (runtime::encode_field); false when malformed.
+static bool decode_field(const std::string& in, std::string& out) {
+  out.clear();
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out += in[i];
+      continue;
+    }
+    if (i + 2 >= in.size()) return false;
+    int hi = hex_digit(in[i + 1]), lo = hex_digit(in[i + 2]);
+    if (hi < 0 || lo < 0) return false;
+    out += char(hi * 16 + lo);
+    i += 2;
+  }
+  return true;
+}
+
 struct Region { long off, bytes; bool rw; };
 struct Kernel {
   long per_thread = 0;
@@ -141,7 +165,7 @@ int main() {
       int used = 0;
       sscanf(rest, "%ld %d %511s %n", &k.per_thread, &k.threads, entry, &used);
       k.entry = entry;
-      k.path = rest + used;
+      if (!decode_field(rest + used, k.path)) fail(2, "malformed kernel path '%s'", rest + used);
       kernels.push_back(k);
     } else if (w == "timing") {
       sscanf(rest, "%lf %d %d %lf %lf %d", &warmup_s, &min_reps, &max_reps, &budget_s, &cutoff_s, &pause);

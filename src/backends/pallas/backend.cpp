@@ -14,7 +14,9 @@
 #include "backends/pallas/npy.h"
 #include "deuteron/error.h"
 #include "runtime/disk_cache.h"
+#include "runtime/env.h"
 #include "runtime/process.h"
+#include "runtime/text.h"
 
 namespace deuteron::embedded {
 // python/deuteron_pallas_runner.py, carried by the library (CMakeLists.txt: deuteron_embed).
@@ -27,15 +29,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A temporary directory removed with its contents when this goes out of scope.
+// A private temporary directory (0700: the inputs may be someone's data), removed with its
+// contents when this goes out of scope; the next cache_root() sweeps it if this process dies.
 class TempDir {
  public:
-  TempDir() {
-    path_ = fs::temp_directory_path() / ("deuteron-pallas-" + unique_suffix());
-    std::error_code ec;
-    fs::create_directories(path_, ec);
-    if (ec) throw RuntimeError(fmt::format("cannot create {}: {}", path_.string(), ec.message()));
-  }
+  TempDir() : path_(runtime::make_temp_dir()) {}
   ~TempDir() {
     std::error_code ec;
     fs::remove_all(path_, ec);
@@ -69,19 +67,26 @@ std::string tail(const std::string& text, size_t n) {
   return pos == std::string::npos || pos == 0 ? s : s.substr(pos + 1);
 }
 
-double timeout_seconds() {
-  if (const char* t = std::getenv("DEUTERON_PALLAS_TIMEOUT")) {
-    char* end = nullptr;
-    double v = std::strtod(t, &end);
-    if (end != t && v > 0) return v;
-  }
-  return 600;
+double timeout_seconds() { return runtime::env_number("DEUTERON_PALLAS_TIMEOUT", 0, 86400, /*lo_open=*/true).value_or(600); }
+
+// Makes the cached module at `path` hold exactly `source` (the file name carries a hash of it):
+// a missing one is written, a damaged, modified or foreign one is rewritten with a warning.
+// Returns whether it was written.
+bool ensure_module(const fs::path& path, const std::string& source) {
+  std::string problem;
+  std::optional<std::string> kept = read_cache_file(path, &problem);
+  if (kept == source) return false;
+  if (kept || !problem.empty())
+    runtime::warn(fmt::format("the cached pallas module {} {}; writing it again", path.string(),
+                              problem.empty() ? "was modified or damaged" : problem));
+  atomic_write(path, source);
+  return true;
 }
 
 class PallasExecutable : public backends::Executable {
  public:
-  PallasExecutable(const plan::Plan& p, fs::path module, const TpuGeneration& chip)
-      : kernel_(p.kernel.name), module_(std::move(module)), chip_(chip.runner_chip) {
+  PallasExecutable(const plan::Plan& p, fs::path module, std::string source, const TpuGeneration& chip)
+      : kernel_(p.kernel.name), module_(std::move(module)), source_(std::move(source)), chip_(chip.runner_chip) {
     for (size_t i = 0; i < p.kernel.tensors.size(); ++i)
       (p.kernel.tensors[i].role == ir::HostRole::Input ? inputs_ : outputs_).push_back(i);
     for (const ir::ScalarParam& s : p.kernel.scalars) scalars_.push_back(s);
@@ -93,6 +98,7 @@ class PallasExecutable : public backends::Executable {
   void run(const std::vector<Tensor>& tensors, const std::vector<double>& scalars) override {
     if (std::string problem = environment_problem(); !problem.empty())
       throw CompileError(problem, "", "run scripts/setup_python.sh (it installs jax and jaxlib into .venv)");
+    ensure_module(module_, source_);  // what the runner imports is what was generated
     TempDir dir;
     std::vector<std::string> argv = {python_path().string(), runner_path().string(), module_.string(),
                                      "--inputs"};
@@ -168,17 +174,12 @@ class PallasExecutable : public backends::Executable {
  private:
   std::string kernel_;
   fs::path module_;
+  std::string source_;
   std::string chip_;
   std::vector<size_t> inputs_, outputs_;
   std::vector<ir::ScalarParam> scalars_;
   std::vector<std::string> scalar_names_;
 };
-
-std::string file_stem(const std::string& name) {
-  std::string s;
-  for (char c : name.substr(0, 64)) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
-  return s.empty() ? "kernel" : s;
-}
 
 }  // namespace
 
@@ -195,11 +196,16 @@ fs::path runner_path() {
 }
 
 std::string environment_problem() {
-  if (::access(python_path().c_str(), X_OK) != 0)
+  if (::access(python_path().c_str(), X_OK) != 0) {
+    std::error_code ec;
+    bool exists = fs::exists(python_path(), ec);
     return fmt::format(
         "the pallas target needs the project's Python environment (jax and jaxlib, run in TPU "
-        "interpret mode), but {} does not exist; run scripts/setup_python.sh{}",
-        python_path().string(), std::getenv("DEUTERON_VENV") ? " (or fix $DEUTERON_VENV)" : "");
+        "interpret mode), but {} {}; {}{}",
+        python_path().string(), exists ? "is not executable" : "does not exist",
+        exists ? "make it executable (chmod +x) or run scripts/setup_python.sh" : "run scripts/setup_python.sh",
+        std::getenv("DEUTERON_VENV") ? " (or fix $DEUTERON_VENV)" : "");
+  }
   return "";
 }
 
@@ -286,10 +292,9 @@ std::unique_ptr<backends::Executable> PallasBackend::compile(const plan::Plan& p
   if (std::string problem = environment_problem(); !problem.empty())
     throw CompileError(problem, "", "run scripts/setup_python.sh (it installs jax and jaxlib into .venv)");
   fs::path path = cache_root() / "pallas" /
-                  fmt::format("{}-{}.py", file_stem(p.kernel.name), hash_hex(source).substr(0, 16));
-  bool fresh = !read_file(path).has_value();
-  if (fresh) atomic_write(path, source);
-  auto exe = std::make_unique<PallasExecutable>(p, path, generation());
+                  fmt::format("{}-{}.py", runtime::file_stem(p.kernel.name), hash_hex(source).substr(0, 16));
+  bool fresh = ensure_module(path, source);
+  auto exe = std::make_unique<PallasExecutable>(p, path, source, generation());
   exe->compiled = fresh;
   return exe;
 }
