@@ -29,7 +29,8 @@ each timed up to ``block_until_ready``. Under interpret mode the numbers only in
 
 Exit status: 0 on success; 2 on any failure (bad arguments, import error, kernel error, a data
 race reported by the interpreter's race detector, wrong number of outputs), with a one-line
-"deuteron_pallas_runner: error: ..." message and the Python traceback on stderr.
+"deuteron_pallas_runner: error: ..." message and the Python traceback on stderr. Paths in that
+line are written as Python literals (repr), so a newline in one cannot split it.
 
 Options:
   --compiled   pass ``interpret=False`` to ``run`` (real TPU); by default ``run`` is called without
@@ -122,16 +123,16 @@ def install_cpu_tpu_info(chip: str = "v5e") -> bool:
 def load_module(path: str):
     """Imports a Python file by path under a unique module name."""
     if not os.path.isfile(path):
-        raise RunnerError(f"module file not found: {path}")
+        raise RunnerError(f"module file not found: {path!r}")
     name = "deuteron_generated_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise RunnerError(f"cannot import {path}")
+        raise RunnerError(f"cannot import {path!r}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     if not callable(getattr(module, "run", None)):
-        raise RunnerError(f"{path} defines no function run(*inputs, **scalars)")
+        raise RunnerError(f"{path!r} defines no function run(*inputs, **scalars)")
     return module
 
 
@@ -157,7 +158,7 @@ def load_inputs(paths, dtypes):
         try:
             a = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as e:
-            raise RunnerError(f"cannot read input {k} ({path}): {e}") from e
+            raise RunnerError(f"cannot read input {k} ({path!r}): {e}") from e
         want = dtypes[k].strip() if dtypes is not None else ""
         if want and want != "-":
             dt = _logical_dtype(want)
@@ -168,7 +169,7 @@ def load_inputs(paths, dtypes):
                         f"store {want} as {_BITS_STORAGE.get(want, 'its own dtype')}")
                 a = a.view(dt)
         elif a.dtype.kind == "V":
-            raise RunnerError(f"input {k} ({path}) has void dtype {a.dtype}; "
+            raise RunnerError(f"input {k} ({path!r}) has void dtype {a.dtype}; "
                               "store bfloat16 as uint16 and pass --dtypes")
         arrays.append(a)
     return arrays

@@ -24,6 +24,7 @@
 #include "catalogue_case.h"
 #include "driver/driver.h"
 #include "runtime/disk_cache.h"
+#include "test_support.h"
 
 namespace hl = deuteron::hl;
 
@@ -32,24 +33,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Sets an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using testing_support::ScopedEnv;
 
 // A config for `s` with the wanted block sizes, each clamped to the values its space allows
 // (the largest one not above the wish, else the smallest): at [1, 1] every block is 1.
