@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include "api/api.h"
 #include "catalogue.h"
 #include "driver/driver.h"
 #include "runtime/env.h"
@@ -47,7 +48,7 @@ TEST(Fuzz, RandomConfigsAtRaggedShapesMatchTheReferences) {
     }
     ++run;
     std::string what = fmt::format("{} {} [{}] {}", e.name, dtype_name(dt), fmt::join(shape, ", "), cfg.dump());
-    driver::RunResult r = driver::run(*e.kernel, args, "cpu", cfg);
+    api::RunResult r = api::run(*e.kernel, args, "cpu", cfg);
     std::vector<Tensor> want = e.reference(args);
     bool ok = r.outputs.size() == want.size();
     for (size_t i = 0; ok && i < want.size(); ++i) {

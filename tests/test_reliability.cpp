@@ -33,6 +33,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include "api/api.h"
 #include "backends/pallas/backend.h"
 #include "config/config.h"
 #include "deuteron/deuteron.h"
@@ -141,7 +142,9 @@ class NameInjection : public Reliability, public testing::WithParamInterface<std
 
 TEST_P(NameInjection, RunsCorrectlyAndRunsNothingInjected) {
   const auto& [target, inj] = GetParam();
-  if (target == "pallas") ASSERT_EQ(pallas::environment_problem(), "");
+  if (target == "pallas") {
+    ASSERT_EQ(pallas::environment_problem(), "");
+  }
   fs::path marker = dir_ / "injected";
   std::string name = with_marker(inj.name, marker);
   KernelOptions options;
@@ -155,7 +158,7 @@ TEST_P(NameInjection, RunsCorrectlyAndRunsNothingInjected) {
       },
       options);
   Tensor x = Tensor::rand({5, 3}, DType::f32, 1), y = Tensor::rand({5, 3}, DType::f32, 2);
-  driver::RunResult r = driver::run(k, {x, y}, target, config::Config());
+  api::RunResult r = api::run(k, {x, y}, target, config::Config());
   ASSERT_EQ(r.outputs.size(), 1u);
   for (int64_t i = 0; i < 15; ++i) EXPECT_FLOAT_EQ(r.outputs[0].get(i), x.get(i) + y.get(i)) << i;
   EXPECT_FALSE(fs::exists(marker)) << "injected code ran; source: " << r.exe->source_path;
