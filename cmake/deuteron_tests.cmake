@@ -20,7 +20,8 @@ set_source_files_properties(tests/test_gemm_runtime.cpp tests/test_gemm_pairs.cp
 
 # Suites by label (gtest filter patterns); unit is everything else. AutotuneChild.* are run by
 # the autotune tests as a separate process, never on their own.
-set(DEUTERON_SUITES_e2e "*/KernelTest.*" "Dot.*" "Language.*" "KernelErrors.*")
+set(DEUTERON_SUITES_e2e "*/KernelTest.*" "Dot.*" "Language.*" "KernelErrors.*" "Fuzz.*" "Reliability.*"
+    "*/NameInjection.*" "*/DamagedArtifact.*" "*/BadOption.*")
 set(DEUTERON_SUITES_pallas "Pallas*.*" "*/PallasRun.*")
 set(DEUTERON_SUITES_autotune "Autotune*.*")
 set(DEUTERON_NOT_UNIT "AutotuneChild.*")
