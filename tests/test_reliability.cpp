@@ -260,6 +260,20 @@ TEST_P(DamagedArtifact, PallasModuleIsWrittenAgain) {
 
 INSTANTIATE_TEST_SUITE_P(Kinds, DamagedArtifact, testing::Values("truncated", "zeroed", "garbage"));
 
+TEST_F(Reliability, LibraryFilesInTheCacheAreWrittenAgain) {
+  ASSERT_TRUE(correct(run_cli({"run", "add", "--shape", "5,3", "--repeat", "1", "--json"})));
+  fs::path header;
+  for (const auto& e : fs::recursive_directory_iterator(cache() / "resources"))
+    if (e.path().filename() == "deuteron_cpu.h") header = e.path();
+  ASSERT_FALSE(header.empty());
+  std::ofstream(header, std::ios::app) << "\n#error tampered\n";
+  // A kernel not compiled yet, so the compiler reads the header.
+  runtime::Captured r = run_cli({"run", "softmax", "--shape", "5,3", "--repeat", "1", "--json"});
+  EXPECT_TRUE(correct(r)) << r.exit.describe() << "\n" << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "writing it again")) << r.err;
+  EXPECT_FALSE(contains(slurp(header), "tampered"));
+}
+
 // ---- who owns the cache ----------------------------------------------------------------------
 
 // A shared object with deuteron_add's entry point that writes 42 everywhere (a 5x3 output), with
