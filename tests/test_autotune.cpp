@@ -295,7 +295,7 @@ TEST_F(Autotune, CacheKeyIgnoresSourceLinesButNotShapes) {
   EXPECT_NE(ka.id(), autotune::make_key(a, "other hardware").id());
   std::string text = ir::print(a.ir);
   EXPECT_NE(text.find("test_autotune.cpp"), std::string::npos) << "the IR text names source lines";
-  EXPECT_EQ(autotune::source_hash(a.ir).size(), 32u);
+  EXPECT_EQ(ir::fingerprint(a.ir).size(), 32u);
 }
 
 TEST_F(Autotune, CorruptEntriesAreDetected) {

@@ -61,11 +61,13 @@ class KernelBase {
   Outputs run(const std::vector<Arg>& args) const;
 
  private:
+  struct Runs;  // what run() prepared per specialisation (defined by the driver)
   std::string name_;
   int arity_;
   std::function<void()> trace_;
   KernelOptions options_;
   std::source_location loc_;
+  mutable std::shared_ptr<Runs> runs_;  // shared by copies, which trace the same lambda
 };
 
 namespace detail {

@@ -70,6 +70,7 @@ Specialized specialize(const KernelBase& k, const std::vector<frontend::ArgSpec>
                       e.where(), e.hint());
   }
   passes::run_all(s.ir);
+  s.ir_hash = ir::fingerprint(s.ir);
   s.space = config::ConfigSpace::derive(s.ir, s.limits);
   s.backend->extend_space(s.ir, s.limits, s.space);
   fit_default(s);
@@ -132,8 +133,7 @@ Bound bind_args(const Specialized& s, const std::vector<Arg>& args) {
 
 std::shared_ptr<backends::Executable> executable(const Specialized& s, const config::Config& c) {
   static std::map<std::string, std::shared_ptr<backends::Executable>> cache;
-  std::string key = fmt::format("{}@{}:{}|{}|{}|{}", s.kernel->name(), s.kernel->location().file_name(),
-                                s.kernel->location().line(), s.key, s.backend->name(), c.dump());
+  std::string key = fmt::format("{}|{}|{}|{}", s.ir_hash, s.key, s.backend->name(), c.dump());
   {
     std::lock_guard<std::mutex> lock(cache_mutex());
     auto it = cache.find(key);

@@ -207,8 +207,13 @@ std::vector<int> use_counts(const Kernel& k);
 
 // The block extent of a value dim for printing: "block_m", "1", "64".
 std::string dim_name(const Kernel& k, int dim);
-// Human-readable IR (`deuteron emit KERNEL --ir`).
-std::string print(const Kernel& k);
+// Human-readable IR (`deuteron emit KERNEL --ir`); each op names its source line unless
+// `locations` is false.
+std::string print(const Kernel& k, bool locations = true);
+// A hash of what was traced (the IR without source lines, 32 hex digits): kernels that compute
+// the same thing share it, whatever their name's line; any traced difference (a captured
+// constant, a shape) changes it. The in-memory and on-disk caches are keyed by it.
+std::string fingerprint(const Kernel& k);
 
 // Checks the IR's invariants (ids in range, values defined before use, dims naming real axes,
 // loop nesting); throws std::logic_error naming the broken one. A failure is a compiler bug.
