@@ -72,5 +72,185 @@ TEST(Exact, KernelsDifferingInASliceOffsetRunTheirOwnCode) {
   EXPECT_NE(ir::print(s.ir).find("load arg0[t0, 2:5]"), std::string::npos) << ir::print(s.ir);
 }
 
+// ---- integers -------------------------------------------------------------------------------
+
+// The elements of an integer tensor, exactly (Tensor::get goes through a double).
+template <typename T>
+std::vector<T> elements(const Tensor& t) {
+  std::vector<T> v(size_t(t.numel()));
+  std::memcpy(v.data(), t.data(), v.size() * sizeof(T));
+  return v;
+}
+
+// (i + 1) * c and its friends, wrapping modulo 2^64 as PyTorch's int64 arithmetic does.
+int64_t wrap_mul(int64_t a, int64_t b) { return int64_t(uint64_t(a) * uint64_t(b)); }
+int64_t wrap_add(int64_t a, int64_t b) { return int64_t(uint64_t(a) + uint64_t(b)); }
+int32_t wrap_mul32(int32_t a, int32_t b) { return int32_t(uint32_t(a) * uint32_t(b)); }
+
+// Signed overflow was undefined behaviour in the generated C++ (g++ -O3 assumed it away and
+// left 968 of 1000 outputs unwritten); it wraps, on int64 and int32 alike.
+TEST(Exact, IntegerArithmeticWraps) {
+  static const auto k = deuteron::kernel("wrapping", [](hl::Tensor x, hl::Tensor y) {
+    auto prod = hl::empty({x.size(0)}, DType::i64), neg = hl::empty({x.size(0)}, DType::i64),
+         small = hl::empty({x.size(0)}, DType::i32), total = hl::empty({1}, DType::i64);
+    for (auto t : hl::tile(x.size(0))) {
+      prod[t] = (t.index() + 1) * 4611686018427387904LL;
+      neg[t] = -(x[t] - 1) + hl::abs(x[t]);  // INT64_MIN - 1, and -INT64_MIN, wrap
+      small[t] = y[t] * y[t] + 2147483647;
+    }
+    return std::make_tuple(prod, neg, small);
+  }, untuned());
+  static const auto sum = deuteron::kernel("wrapping_sum", [](hl::Tensor x) {
+    auto total = hl::empty({1}, DType::i64);
+    for (auto g : hl::grid(1)) total[{g}] = x[{hl::all}].sum(0);  // wraps past INT64_MAX
+    return total;
+  }, untuned());
+  for (int64_t n : {1000, 1, 37}) {
+    Tensor x = Tensor::empty({n}, DType::i64), y = Tensor::empty({n}, DType::i32);
+    for (int64_t i = 0; i < n; ++i) {
+      x.data_as<int64_t>()[i] = i % 2 ? INT64_MIN : INT64_MAX - i;
+      y.data_as<int32_t>()[i] = int32_t(i * 46341);
+    }
+    Outputs r = k(x, y);
+    auto prod = elements<int64_t>(r[0]), neg = elements<int64_t>(r[1]), total = elements<int64_t>(sum(x));
+    auto small = elements<int32_t>(r[2]);
+    auto xs = elements<int64_t>(x);
+    auto ys = elements<int32_t>(y);
+    int64_t want_total = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t v = xs[size_t(i)];
+      EXPECT_EQ(prod[size_t(i)], wrap_mul(i + 1, int64_t(1) << 62)) << i;
+      int64_t abs_v = v < 0 ? int64_t(0 - uint64_t(v)) : v;
+      EXPECT_EQ(neg[size_t(i)], wrap_add(int64_t(0 - uint64_t(wrap_add(v, -1))), abs_v)) << i;
+      int32_t w = ys[size_t(i)];
+      EXPECT_EQ(small[size_t(i)], int32_t(uint32_t(wrap_mul32(w, w)) + 2147483647u)) << i;
+      want_total = wrap_add(want_total, v);
+    }
+    EXPECT_EQ(total[0], want_total);
+  }
+}
+
+// Integer constants are exact: 6364136223846793005 as a double is ...216.
+TEST(Exact, IntegerConstantsKeepEveryBit) {
+  static const auto k = deuteron::kernel("lcg", [](hl::Tensor x) {
+    auto out = hl::empty({x.size(0)}, DType::i64), filled = hl::full({2}, 9007199254740993LL, DType::i64);
+    for (auto t : hl::tile(x.size(0))) {
+      out[t] = (t.index() + 1) * 6364136223846793005LL + 1442695040888963407LL +
+               hl::where(x[t] > 0, INT64_MIN, 9007199254740993LL);
+      hl::atomic_add(filled, {0}, hl::full({t}, 0, DType::i64).sum(0));
+    }
+    return std::make_tuple(out, filled);
+  }, untuned());
+  for (int64_t n : {1, 130}) {
+    Tensor x = Tensor::rand({n}, DType::f32, 3);
+    Outputs r = k(x);
+    auto out = elements<int64_t>(r[0]);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t pick = x.get(i) > 0 ? INT64_MIN : 9007199254740993LL;
+      EXPECT_EQ(out[size_t(i)], wrap_add(wrap_add(wrap_mul(i + 1, 6364136223846793005LL), 1442695040888963407LL), pick))
+          << i;
+    }
+    EXPECT_EQ(elements<int64_t>(r[1]), (std::vector<int64_t>{9007199254740993LL, 9007199254740993LL}));
+  }
+}
+
+// A constant that its dtype cannot hold is an error at the user's line, not a silent wrap.
+TEST(Exact, ConstantsOutsideTheirDtypeAreErrors) {
+  static const auto k = deuteron::kernel("too_big", [](hl::Tensor x) {
+    auto out = hl::empty_like(x);
+    for (auto t : hl::tile(x.size(0))) out[t] = x[t] + 3000000000LL;  // x is int32
+    return out;
+  }, untuned());
+  try {
+    k(Tensor::zeros({4}, DType::i32));
+    ADD_FAILURE() << "no error";
+  } catch (const KernelError& e) {
+    EXPECT_NE(std::string(e.what()).find("the constant 3000000000 does not fit int32"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("test_exact.cpp"), std::string::npos) << e.what();
+  }
+}
+
+// Scalar arguments travel as doubles: an int64 one beyond 2^53 is refused, not rounded.
+TEST(Exact, IntegerScalarsBeyondTwoToThe53AreErrors) {
+  static const auto k = deuteron::kernel("add_scalar", [](hl::Tensor x, hl::Scalar s) {
+    auto out = hl::empty_like(x);
+    for (auto t : hl::tile(x.size(0))) out[t] = x[t] + s;
+    return out;
+  }, untuned());
+  Tensor x = Tensor::zeros({3}, DType::i64);
+  EXPECT_EQ(elements<int64_t>(k(x, int64_t(1) << 53)), std::vector<int64_t>(3, int64_t(1) << 53));
+  EXPECT_THROW(k(x, (int64_t(1) << 53) + 1), ArgumentError);
+}
+
+// ---- scatter-add ----------------------------------------------------------------------------
+
+// Adds at gathered indices: a histogram-style sum into 4 bins, and an embedding backward (rows
+// of grad added into the rows of a table that ids pick). Both fail to compile before the fix:
+// the `#pragma omp atomic` came before the index load.
+TEST(Exact, ScatterAddAtGatheredIndices) {
+  static const auto bins = deuteron::kernel("bin_sums", [](hl::Tensor x, hl::Tensor idx) {
+    auto out = hl::zeros({4});
+    auto count = hl::zeros({4}, DType::i64);
+    for (auto t : hl::tile(x.size(0))) {
+      hl::atomic_add(out, {idx[t]}, x[t]);
+      hl::atomic_add(count, {idx[t]}, hl::full({t}, 1, DType::i64));
+    }
+    return std::make_tuple(out, count);
+  }, untuned());
+  static const auto embedding_bwd = deuteron::kernel("embedding_bwd", [](hl::Tensor grad, hl::Tensor ids) {
+    auto table = hl::zeros({5, grad.size(1)});
+    for (auto t : hl::tile(grad.size(0))) hl::atomic_add(table, {ids[t], hl::all}, grad[{t, hl::all}]);
+    return table;
+  }, untuned());
+  for (int64_t n : {1, 37, 1000}) {
+    Tensor x = Tensor::rand({n}, DType::f32, 4), idx = Tensor::rand({n}, DType::i64, 5, 0, 4);
+    for (int threads : {1, 2}) {
+      config::Config cfg;
+      cfg.set("num_threads", threads);
+      auto r = driver::run(bins, {x, idx}, "cpu", cfg);
+      std::vector<double> want(4, 0.0);
+      std::vector<int64_t> count(4, 0);
+      for (int64_t i = 0; i < n; ++i) {
+        want[size_t(idx.get(i))] += x.get(i);
+        ++count[size_t(idx.get(i))];
+      }
+      for (size_t b = 0; b < 4; ++b) EXPECT_NEAR(r.outputs[0].get(int64_t(b)), want[b], 1e-5 * double(n)) << b;
+      EXPECT_EQ(elements<int64_t>(r.outputs[1]), count);
+    }
+    Tensor grad = Tensor::rand({n, 3}, DType::f32, 6), ids = Tensor::rand({n}, DType::i64, 7, 0, 5);
+    Tensor table = embedding_bwd(grad, ids);
+    for (int64_t row = 0; row < 5; ++row)
+      for (int64_t c = 0; c < 3; ++c) {
+        double want = 0;
+        for (int64_t i = 0; i < n; ++i)
+          if (int64_t(ids.get(i)) == row) want += grad.get(i * 3 + c);
+        EXPECT_NEAR(table.get(row * 3 + c), want, 1e-5 * double(n)) << row << ", " << c;
+      }
+  }
+}
+
+// An index outside the target fails the launch naming the value, the dim and the line, as a
+// gather's does, instead of adding out of bounds.
+TEST(Exact, ScatterAddChecksItsIndices) {
+  static const auto k = deuteron::kernel("bin_sums_checked", [](hl::Tensor x, hl::Tensor idx) {
+    auto out = hl::zeros({4});
+    for (auto t : hl::tile(x.size(0))) hl::atomic_add(out, {idx[t]}, x[t]);
+    return out;
+  }, untuned());
+  Tensor x = Tensor::rand({37}, DType::f32, 4), idx = Tensor::rand({37}, DType::i64, 5, 0, 4);
+  for (int64_t bad : {4, -1}) {
+    idx.set(20, double(bad));
+    try {
+      k(x, idx);
+      ADD_FAILURE() << "no error for index " << bad;
+    } catch (const RuntimeError& e) {
+      std::string what = e.what();
+      EXPECT_NE(what.find(fmt::format("{}", bad)), std::string::npos) << what;
+      EXPECT_NE(what.find("dim 0 of out0 (size 4)"), std::string::npos) << what;
+      EXPECT_NE(what.find("test_exact.cpp"), std::string::npos) << what;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deuteron

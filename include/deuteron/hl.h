@@ -164,14 +164,24 @@ class Tensor {
 // A scalar kernel argument (float or integer), usable in device expressions.
 using Scalar = Tensor;
 
+// A number written in a kernel. Integers stay exact: an int64 such as 6364136223846793005
+// is not rounded to the nearest double.
+struct Number {
+  template <typename T, typename = std::enable_if_t<std::is_arithmetic_v<T>>>
+  Number(T x) : real(double(x)), integer(std::is_integral_v<T> ? int64_t(x) : 0), is_integer(std::is_integral_v<T>) {}
+  double real;
+  int64_t integer;
+  bool is_integer;
+};
+
 // An operand of a pointwise op: a tensor or a number. Taking it by this type lets operators
 // record the user's source location.
 struct Operand {
   template <typename T, typename = std::enable_if_t<std::is_arithmetic_v<T>>>
-  Operand(T number, Loc loc = Loc::current()) : number(double(number)), is_number(true), loc(loc) {}
+  Operand(T x, Loc loc = Loc::current()) : number(x), is_number(true), loc(loc) {}
   Operand(const Tensor& t, Loc loc = Loc::current()) : tensor(t), loc(loc) {}
   Tensor tensor;
-  double number = 0.0;
+  Number number = 0;
   bool is_number = false;
   Loc loc;
 };
@@ -233,7 +243,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 // Creation. Inside tile loops: a block filled with the value. In host code: an output of the
 // kernel, set to the value before the grid runs (what hl::atomic_add needs).
 Tensor zeros(std::vector<Size> shape, DType dtype = DType::f32, Loc loc = Loc::current());
-Tensor full(std::vector<Size> shape, double value, DType dtype = DType::f32,
+Tensor full(std::vector<Size> shape, Number value, DType dtype = DType::f32,
             Loc loc = Loc::current());
 // The integers [0, n) as a 1-D block of int64.
 Tensor arange(int64_t n, Loc loc = Loc::current());

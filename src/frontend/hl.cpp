@@ -337,8 +337,8 @@ Tensor dot(const Tensor& a, const Tensor& b, const Tensor& acc, Loc loc) {
 Tensor addmm(const Tensor& acc, const Tensor& a, const Tensor& b, Loc loc) { return dot(a, b, acc, loc); }
 Tensor matmul(const Tensor& a, const Tensor& b, Loc loc) { return dot(a, b, loc); }
 
-Tensor zeros(std::vector<Size> shape, DType dtype, Loc loc) { return full(std::move(shape), 0.0, dtype, loc); }
-Tensor full(std::vector<Size> shape, double value, DType dtype, Loc loc) {
+Tensor zeros(std::vector<Size> shape, DType dtype, Loc loc) { return full(std::move(shape), 0, dtype, loc); }
+Tensor full(std::vector<Size> shape, Number value, DType dtype, Loc loc) {
   auto& tr = Tracer::current(loc);
   if (tr.in_host_code()) {  // an output, filled before the grid runs
     std::vector<int64_t> sizes;

@@ -1,6 +1,7 @@
 #include "frontend/tracer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 
 #include <fmt/format.h>
@@ -104,7 +105,7 @@ std::shared_ptr<Var> Tracer::scalar_arg(const ArgSpec& spec, int arg_index) {
 }
 
 std::shared_ptr<Var> Tracer::new_output(std::vector<int64_t> shape, DType dtype, const std::source_location& loc,
-                                        std::optional<double> fill) {
+                                        std::optional<hl::Number> fill) {
   if (!open_loops_.empty())
     fail("outputs must be allocated in host code, outside the tile loops", loc,
          "move hl::empty/hl::empty_like before the outermost hl::tile loop");
@@ -117,7 +118,7 @@ std::shared_ptr<Var> Tracer::new_output(std::vector<int64_t> shape, DType dtype,
   t.role = ir::HostRole::Output;
   t.dtype = dtype;
   t.shape = shape;
-  t.fill = fill;
+  if (fill) t.fill = constant(*fill, compute_dtype(dtype), loc);
   t.strides.assign(shape.size(), 1);
   for (int i = int(shape.size()) - 2; i >= 0; --i)
     t.strides[size_t(i)] = t.strides[size_t(i) + 1] * std::max<int64_t>(shape[size_t(i) + 1], 1);
@@ -468,30 +469,50 @@ void Tracer::store_indexed(Var& target, const Var& value, const std::source_loca
   target.indexed = false;
 }
 
+ir::Constant Tracer::constant(const hl::Number& n, DType dt, const std::source_location& loc) const {
+  ir::Constant c;
+  if (is_floating(dt)) {
+    c.real = n.real;
+    return c;
+  }
+  // Integers and booleans are exact, and must fit their dtype (as torch requires).
+  bool fits = n.is_integer || (std::isfinite(n.real) && n.real == std::trunc(n.real) && std::abs(n.real) < 0x1p63);
+  int64_t v = n.is_integer ? n.integer : fits ? int64_t(n.real) : 0;
+  int64_t lo = dt == DType::i32 ? INT32_MIN : dt == DType::boolean ? 0 : INT64_MIN;
+  int64_t hi = dt == DType::i32 ? INT32_MAX : dt == DType::boolean ? 1 : INT64_MAX;
+  if (!fits || v < lo || v > hi)
+    fail(fmt::format("the constant {} does not fit {}", n.is_integer ? fmt::format("{}", n.integer) : fmt::format("{}", n.real),
+                     dtype_name(dt)),
+         loc, fmt::format("use a value of {}'s range, or convert the other operand with .to() first", dtype_name(dt)));
+  c.integer = v;
+  c.real = double(v);
+  return c;
+}
+
+ir::ValueId Tracer::number(const hl::Number& n, DType other, std::vector<int> dims, const std::source_location& loc) {
+  // A number takes the other operand's dtype, unless it is a float and that is not (then f32),
+  // or a boolean cannot hold it (then int64).
+  bool integral = n.is_integer || n.real == std::trunc(n.real);
+  DType dt = is_floating(other) || integral ? other : DType::f32;
+  double x = n.is_integer ? double(n.integer) : n.real;
+  if (dt == DType::boolean && !(x == 0 || x == 1)) dt = DType::i64;
+  ir::Op f;
+  f.kind = ir::OpKind::Full;
+  f.number = constant(n, dt, loc);
+  f.loc = loc;
+  return emit(f, dt, std::move(dims), {});
+}
+
 ir::ValueId Tracer::binary(ir::BinaryFn fn, const hl::Operand& a, const hl::Operand& b) {
   const hl::Operand* ops[2] = {&a, &b};
   const std::source_location& loc = a.is_number ? b.loc : a.loc;
   if (a.is_number && b.is_number) fail("a binary op needs at least one tensor operand", loc);
-  // A number takes the other operand's dtype, unless it is a float and the tensor is not.
   const hl::Operand& t = a.is_number ? b : a;
   ir::ValueId tv = use(*t.tensor.var(), loc, ir::name(fn));
   DType tdt = k_.value(tv).dtype;
   ir::ValueId vals[2];
-  for (int i = 0; i < 2; ++i) {
-    if (ops[i]->is_number) {
-      double x = ops[i]->number;
-      bool integral = x == double(int64_t(x));
-      DType dt = is_floating(tdt) || integral ? tdt : DType::f32;
-      if (dt == DType::boolean && !(x == 0 || x == 1)) dt = DType::i64;
-      ir::Op f;
-      f.kind = ir::OpKind::Full;
-      f.number = x;
-      f.loc = loc;
-      vals[i] = emit(f, dt, {}, {});
-    } else {
-      vals[i] = use(*ops[i]->tensor.var(), loc, ir::name(fn));
-    }
-  }
+  for (int i = 0; i < 2; ++i)
+    vals[i] = ops[i]->is_number ? number(ops[i]->number, tdt, {}, loc) : use(*ops[i]->tensor.var(), loc, ir::name(fn));
   const ir::Value& va = k_.value(vals[0]);
   const ir::Value& vb = k_.value(vals[1]);
   std::vector<int> dims = broadcast_dims(va.dims, vb.dims, loc, ir::name(fn));
@@ -524,23 +545,15 @@ ir::ValueId Tracer::where(const hl::Operand& c, const hl::Operand& a, const hl::
   ir::ValueId cv = use(*c.tensor.var(), loc, "where");
   if (k_.value(cv).dtype != DType::boolean)
     fail("where() needs a boolean condition (a comparison)", loc);
-  // Numbers take the dtype of the other branch (or f32).
-  DType other = DType::f32;
+  // Numbers take the dtype of the other branch, as in a binary op; two numbers are int64 when
+  // both are integers (as torch.where gives), else f32.
+  DType other = a.number.is_integer && b.number.is_integer ? DType::i64 : DType::f32;
   if (!a.is_number) other = k_.value(use(*a.tensor.var(), loc, "where")).dtype;
   else if (!b.is_number) other = k_.value(use(*b.tensor.var(), loc, "where")).dtype;
   ir::ValueId vals[2];
   const hl::Operand* ops[2] = {&a, &b};
-  for (int i = 0; i < 2; ++i) {
-    if (ops[i]->is_number) {
-      ir::Op f;
-      f.kind = ir::OpKind::Full;
-      f.number = ops[i]->number;
-      f.loc = loc;
-      vals[i] = emit(f, other, {}, {});
-    } else {
-      vals[i] = use(*ops[i]->tensor.var(), loc, "where");
-    }
-  }
+  for (int i = 0; i < 2; ++i)
+    vals[i] = ops[i]->is_number ? number(ops[i]->number, other, {}, loc) : use(*ops[i]->tensor.var(), loc, "where");
   auto dims = broadcast_dims(k_.value(cv).dims, k_.value(vals[0]).dims, loc, "where");
   dims = broadcast_dims(dims, k_.value(vals[1]).dims, loc, "where");
   DType dt = promote(k_.value(vals[0]).dtype, k_.value(vals[1]).dtype);
@@ -669,14 +682,14 @@ std::vector<int> Tracer::dims_of(const std::vector<hl::Size>& shape,
   return dims;
 }
 
-ir::ValueId Tracer::full(const std::vector<hl::Size>& shape, double value, DType dtype,
+ir::ValueId Tracer::full(const std::vector<hl::Size>& shape, const hl::Number& value, DType dtype,
                          const std::source_location& loc) {
   if (open_loops_.empty())
     fail("hl::zeros/hl::full create blocks and must be inside a tile loop", loc,
          "use hl::empty for host-side outputs");
   ir::Op op;
   op.kind = ir::OpKind::Full;
-  op.number = value;
+  op.number = constant(value, compute_dtype(dtype), loc);
   op.loc = loc;
   return emit(op, compute_dtype(dtype), dims_of(shape, loc), {});
 }
@@ -702,7 +715,6 @@ ir::ValueId Tracer::arange(int64_t n, const std::source_location& loc) {
   if (n == 1) {
     ir::Op f;
     f.kind = ir::OpKind::Full;
-    f.number = 0;
     f.loc = loc;
     return emit(f, DType::i64, {ir::kOne}, {});
   }

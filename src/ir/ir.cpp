@@ -89,6 +89,10 @@ ValueId dot_operand_source(const Kernel& k, ValueId v, std::vector<ValueId>* pat
   }
 }
 
+std::string constant_text(const Constant& c, DType t) {
+  return is_floating(t) ? fmt::format("{}", c.real) : fmt::format("{}", c.integer);
+}
+
 std::string dim_name(const Kernel& k, int dim) {
   if (dim == kOne) return "1";
   const Axis& ax = k.axes.at(size_t(dim));
@@ -166,7 +170,7 @@ void print_body(const Kernel& k, const std::vector<Stmt>& body, int indent, bool
         rhs = fmt::format("{} {}[{}]{} %{}", op.atomic_add ? "atomic_add" : "store", k.tensors[size_t(op.tensor)].name,
                           index_text(k, k.tensors[size_t(op.tensor)], op.index), op.atomic_add ? "," : " =", op.inputs.back());
         break;
-      case OpKind::Full: rhs = fmt::format("full {}", op.number); break;
+      case OpKind::Full: rhs = fmt::format("full {}", constant_text(op.number, k.value(op.result).dtype)); break;
       case OpKind::ScalarArg: rhs = fmt::format("scalar {}", k.scalars[size_t(op.scalar)].name); break;
       case OpKind::TileIndex:
       case OpKind::TileBegin:
@@ -205,9 +209,9 @@ std::string print(const Kernel& k, bool locations) {
   out += fmt::format("{})\n", fmt::join(outs, ", "));
   for (const auto& t : k.tensors)
     if (t.role == HostRole::Output)
-      out += fmt::format("  {} = {}([{}], {}{})\n", t.name, !t.fill ? "empty" : *t.fill == 0 ? "zeros" : "full",
-                         fmt::join(t.shape, ", "), t.fill && *t.fill != 0 ? fmt::format("{}, ", *t.fill) : "",
-                         dtype_name(t.dtype));
+      out += fmt::format("  {} = {}([{}], {}{})\n", t.name, !t.fill ? "empty" : t.fill->real == 0 ? "zeros" : "full",
+                         fmt::join(t.shape, ", "),
+                         t.fill && t.fill->real != 0 ? constant_text(*t.fill, t.dtype) + ", " : "", dtype_name(t.dtype));
   for (const auto& p : k.block_params)
     out += fmt::format("  block size {}: {}\n", p.name,
                        p.fixed ? fmt::format("fixed {}", p.fixed)

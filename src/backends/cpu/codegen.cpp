@@ -38,9 +38,12 @@ const char* storage_type(DType t) {
   return "float";
 }
 
-std::string literal(double x, DType t) {
-  if (t == DType::boolean) return x != 0 ? "true" : "false";
-  if (!is_floating(t)) return fmt::format("int64_t({})", int64_t(x));
+std::string literal(const ir::Constant& c, DType t) {
+  if (t == DType::boolean) return c.integer != 0 ? "true" : "false";
+  // INT64_MIN has no literal: -9223372036854775808 is the negation of an out-of-range one.
+  if (t == DType::i64 && c.integer == INT64_MIN) return "INT64_MIN";
+  if (!is_floating(t)) return fmt::format("{}({})", ctype(t), c.integer);
+  double x = c.real;
   if (std::isnan(x)) return "dt::nan()";
   if (std::isinf(x)) return x > 0 ? "dt::kInf" : "-dt::kInf";
   std::string s = fmt::format("{:.9g}", x);
@@ -158,10 +161,11 @@ class Generator {
       if (!t.fill) continue;
       int64_t n = 1;
       for (int64_t d : t.shape) n *= d;
-      line(fmt::format("// {} = {}: set before the grid runs", tensor_name(int(i)), *t.fill == 0 ? "zeros" : "full"));
+      DType compute = compute_dtype(t.dtype);
+      line(fmt::format("// {} = {}: set before the grid runs", tensor_name(int(i)), t.fill->real == 0 ? "zeros" : "full"));
       line("#pragma omp simd");
       line(fmt::format("for (int64_t i = 0; i < {}; ++i) {}[i] = {};", n, tensor_name(int(i)),
-                       stored(literal(*t.fill, DType::f32), DType::f32, t.dtype)));
+                       stored(literal(*t.fill, compute), compute, t.dtype)));
     }
   }
 
@@ -425,9 +429,11 @@ class Generator {
     return name;
   }
 
+  static bool is_integer(DType t) { return t == DType::i32 || t == DType::i64; }
+
   static std::string unary(const ir::Op& op, const std::string& x, DType op_dtype) {
     switch (op.unary) {
-      case ir::UnaryFn::Neg: return fmt::format("(-{})", x);
+      case ir::UnaryFn::Neg: return is_integer(op_dtype) ? fmt::format("dt::wrapping_neg({})", x) : fmt::format("(-{})", x);
       case ir::UnaryFn::Not: return fmt::format("(!{})", x);
       case ir::UnaryFn::Exp: return fmt::format("dt::exp({})", x);
       case ir::UnaryFn::Exp2: return fmt::format("dt::exp2({})", x);
@@ -441,12 +447,14 @@ class Generator {
       case ir::UnaryFn::GeluErf: return fmt::format("dt::gelu_erf({})", x);
       case ir::UnaryFn::Erf: return fmt::format("dt::erf({})", x);
       case ir::UnaryFn::Abs:
-        return is_floating(op_dtype) ? fmt::format("dt::abs({})", x) : fmt::format("({0} < 0 ? -{0} : {0})", x);
+        return is_floating(op_dtype) ? fmt::format("dt::abs({})", x) : fmt::format("dt::wrapping_abs({})", x);
     }
     return x;
   }
 
   static std::string binary(ir::BinaryFn f, const std::string& a, const std::string& b, DType t) {
+    if (is_integer(t) && (f == ir::BinaryFn::Add || f == ir::BinaryFn::Sub || f == ir::BinaryFn::Mul))
+      return fmt::format("dt::wrapping_{}({}, {})", ir::name(f), a, b);
     switch (f) {
       case ir::BinaryFn::Add: return fmt::format("({} + {})", a, b);
       case ir::BinaryFn::Sub: return fmt::format("({} - {})", a, b);
@@ -478,9 +486,19 @@ class Generator {
     return "0";
   }
 
-  std::string combine(ir::ReduceFn f, const std::string& acc, const std::string& x) const {
+  // An integer sum accumulates in a scalar as uint64_t: it wraps, and so does the simd
+  // reduction combining the lanes.
+  static const char* accumulator_type(ir::ReduceFn f, DType t) {
+    return f == ir::ReduceFn::Sum && is_integer(t) ? "uint64_t" : ctype(t);
+  }
+
+  // Folds `x` into `acc`, an element of the result (of dtype t) or a scalar accumulator.
+  std::string combine(ir::ReduceFn f, const std::string& acc, const std::string& x, DType t, bool scalar) const {
     switch (f) {
-      case ir::ReduceFn::Sum: return fmt::format("{0} = {0} + {1};", acc, x);
+      case ir::ReduceFn::Sum:
+        if (!is_integer(t)) return fmt::format("{0} = {0} + {1};", acc, x);
+        if (scalar) return fmt::format("{0} = {0} + uint64_t({1});", acc, x);
+        return fmt::format("{0} = dt::wrapping_add({0}, {1});", acc, x);
       case ir::ReduceFn::Max: return fmt::format("{0} = {1} > {0} ? {1} : {0};", acc, x);
       case ir::ReduceFn::Min: return fmt::format("{0} = {1} < {0} ? {1} : {0};", acc, x);
     }
@@ -557,7 +575,7 @@ class Generator {
     open_nest(dom, pragma, [&](size_t level) {
       if (level + 1 != dom.size()) return;
       for (const ir::Op* op : scalar_red)
-        line(fmt::format("{} acc{} = {};", ctype(k_.value(op->result).dtype), op->result,
+        line(fmt::format("{} acc{} = {};", accumulator_type(op->reduce, k_.value(op->result).dtype), op->result,
                          identity(op->reduce, k_.value(op->result).dtype)));
     });
     for (int o : g.ops) {
@@ -565,17 +583,21 @@ class Generator {
       if (op.kind == OpKind::Store) {
         const ir::HostTensor& t = k_.tensors[size_t(op.tensor)];
         std::string e = stored(value(op.inputs.back()), k_.value(op.inputs.back()).dtype, t.dtype);
+        // The address may compute values (a scatter's index): before the pragma, which must
+        // precede the update statement itself.
+        std::string at = address(op);
         if (op.atomic_add) line("#pragma omp atomic update");
-        line(fmt::format("{}[{}] {}= {};", tensor_name(op.tensor), address(op), op.atomic_add ? "+" : "", e));
+        line(fmt::format("{}[{}] {}= {};", tensor_name(op.tensor), at, op.atomic_add ? "+" : "", e));
       } else if (op.kind == OpKind::Reduce) {
         int rd = k_.value(op.inputs[0]).dims[size_t(op.dim)];
         std::string x = convert(value(op.inputs[0]), k_.value(op.inputs[0]).dtype, k_.value(op.result).dtype);
         if (rd == ir::kOne) {
           line(fmt::format("m{}[{}] = {};", op.result, storage_index(op.result), x));
         } else if (rd == inner) {
-          line(combine(op.reduce, fmt::format("acc{}", op.result), x));
+          line(combine(op.reduce, fmt::format("acc{}", op.result), x, k_.value(op.result).dtype, true));
         } else {
-          line(combine(op.reduce, fmt::format("m{}[{}]", op.result, storage_index(op.result)), x));
+          line(combine(op.reduce, fmt::format("m{}[{}]", op.result, storage_index(op.result)), x,
+                       k_.value(op.result).dtype, false));
         }
       } else {
         std::string s = compute(op);
@@ -585,8 +607,12 @@ class Generator {
     }
     close_nest(dom, [&](size_t level) {
       if (level + 1 != dom.size()) return;
-      for (const ir::Op* op : scalar_red)
-        line(fmt::format("m{}[{}] = acc{};", op->result, storage_index(op->result), op->result));
+      for (const ir::Op* op : scalar_red) {
+        DType t = k_.value(op->result).dtype;
+        std::string acc = fmt::format("acc{}", op->result);
+        if (accumulator_type(op->reduce, t) != std::string(ctype(t))) acc = fmt::format("{}({})", ctype(t), acc);
+        line(fmt::format("m{}[{}] = {};", op->result, storage_index(op->result), acc));
+      }
     });
     --indent_;
     line("}");
