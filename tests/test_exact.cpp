@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "catalogue.h"
 #include "deuteron/deuteron.h"
 #include "driver/driver.h"
 
@@ -154,6 +155,30 @@ TEST(Exact, IntegerConstantsKeepEveryBit) {
   }
 }
 
+// An int32 max started from INT64_MIN, which int32 holds as 0: a row of negatives gave 0.
+TEST(Exact, Int32ReductionsStartFromTheirOwnLimits) {
+  static const auto k = deuteron::kernel("int32_extremes", [](hl::Tensor x) {
+    auto mx = hl::empty({x.size(0)}, DType::i32), mn = hl::empty({x.size(0)}, DType::i32);
+    for (auto t : hl::tile(x.size(0))) {
+      mx[t] = x[{t, hl::all}].amax(1);
+      mn[t] = x[{t, hl::all}].amin(1);
+    }
+    return std::make_tuple(mx, mn);
+  }, untuned());
+  Tensor x = Tensor::rand({3, 50}, DType::i32, 8, -1000, -1);
+  x.set(1 * 50 + 7, double(INT32_MIN));
+  Outputs r = k(x);
+  for (int64_t i = 0; i < 3; ++i) {
+    double mx = -1e300, mn = 1e300;
+    for (int64_t j = 0; j < 50; ++j) {
+      mx = std::max(mx, x.get(i * 50 + j));
+      mn = std::min(mn, x.get(i * 50 + j));
+    }
+    EXPECT_EQ(r[0].get(i), mx) << i;
+    EXPECT_EQ(r[1].get(i), mn) << i;
+  }
+}
+
 // A constant that its dtype cannot hold is an error at the user's line, not a silent wrap.
 TEST(Exact, ConstantsOutsideTheirDtypeAreErrors) {
   static const auto k = deuteron::kernel("too_big", [](hl::Tensor x) {
@@ -249,6 +274,35 @@ TEST(Exact, ScatterAddChecksItsIndices) {
       EXPECT_NE(what.find("dim 0 of out0 (size 4)"), std::string::npos) << what;
       EXPECT_NE(what.find("test_exact.cpp"), std::string::npos) << what;
     }
+  }
+}
+
+// ---- run-to-run determinism ------------------------------------------------------------------
+
+// The bytes of every output of `r`.
+std::vector<std::string> output_bytes(const Outputs& r) {
+  std::vector<std::string> out;
+  for (const Tensor& t : r) out.emplace_back(static_cast<const char*>(t.data()), size_t(t.nbytes()));
+  return out;
+}
+
+// Kernels summing floats with hl::atomic_add gave different low bits on every 2-thread run (9
+// distinct losses in 30). By default their sums run in a fixed order: the same bits every run.
+TEST(Exact, AtomicAddSumsAreTheSameOnEveryRun) {
+  for (const char* name : {"cross_entropy", "rms_norm_bwd"}) {
+    const examples::Entry& e = examples::find(name);
+    std::vector<Arg> args = e.inputs({2048, 1000}, DType::f32, 3);
+    config::Config cfg;
+    cfg.set("num_threads", 2);
+    cfg.set("block_t0", 8);
+    auto first = driver::run(*e.kernel, args, "cpu", cfg);
+    std::vector<std::string> want = output_bytes(first.outputs);
+    int differing = 0;
+    for (int run = 0; run < 20; ++run) differing += output_bytes(driver::run(*e.kernel, args, "cpu", cfg).outputs) != want;
+    EXPECT_EQ(differing, 0) << name << ": runs whose outputs differ from the first";
+    auto s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), "cpu");
+    std::string code = s.backend->emit(driver::lower(s, cfg));
+    EXPECT_EQ(code.find("omp atomic"), std::string::npos) << code;
   }
 }
 

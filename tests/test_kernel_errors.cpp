@@ -328,7 +328,7 @@ TEST(KernelErrors, TensorOfTheWrongRank) {
 TEST(KernelErrors, CrossEntropyLabelsOfTheWrongRank) {
   const auto& ce = examples::find("cross_entropy");
   Tensor labels = Tensor::rand({5, 1}, DType::i64, 3, 0, 7);
-  auto e = error_of<ArgumentError>([&] { ce.kernel->run({x57, labels}); });
+  auto e = error_of<ArgumentError>([&] { ce.kernel->run({x57, labels, int64_t(-100)}); });
   EXPECT_TRUE(mentions(e, "cross_entropy.cpp:"));
   EXPECT_TRUE(mentions(e, "labels must be 1-D"));
 }
@@ -337,7 +337,7 @@ TEST(KernelErrors, CrossEntropyLabelsOfTheWrongRank) {
 TEST(KernelErrors, CrossEntropyLabelsOfTheWrongDtype) {
   const auto& ce = examples::find("cross_entropy");
   Tensor labels = Tensor::rand({5}, DType::f32, 3, 0, 7);
-  auto e = error_of<ArgumentError>([&] { ce.kernel->run({x57, labels}); });
+  auto e = error_of<ArgumentError>([&] { ce.kernel->run({x57, labels, int64_t(-100)}); });
   EXPECT_TRUE(mentions(e, "labels must be int64"));
   EXPECT_TRUE(mentions(e, "cross_entropy.cpp:"));
 }
@@ -368,15 +368,15 @@ TEST(KernelErrors, CrossEntropyLabelOutOfRange) {
   for (int64_t bad : {7, 1000, -1}) {
     Tensor labels = Tensor::rand({5}, DType::i64, 4, 0.0, 7.0);
     labels.set(3, double(bad));
-    auto e = error_of<RuntimeError>([&] { api::run(*ce.kernel, {logits, labels}, "cpu", config::Config()); });
+    auto e = error_of<RuntimeError>([&] { api::run(*ce.kernel, {logits, labels, int64_t(-100)}, "cpu", config::Config()); });
     EXPECT_TRUE(mentions(e, fmt::format("index {} is out of range for dim 1", bad)));
     EXPECT_TRUE(mentions(e, "(size 7)"));
     EXPECT_TRUE(mentions(e, "cross_entropy.cpp"));
   }
   // The same compiled kernel runs on with valid labels.
   Tensor labels = Tensor::rand({5}, DType::i64, 4, 0.0, 7.0);
-  auto r = api::run(*ce.kernel, {logits, labels}, "cpu", config::Config());
-  EXPECT_TRUE(allclose(r.outputs[0], ce.reference({logits, labels})[0], 1e-5, 1e-5).close);
+  auto r = api::run(*ce.kernel, {logits, labels, int64_t(-100)}, "cpu", config::Config());
+  EXPECT_TRUE(allclose(r.outputs[0], ce.reference({logits, labels, int64_t(-100)})[0], 1e-5, 1e-5).close);
 }
 
 // ---- mistakes in configs -----------------------------------------------------------------------

@@ -22,6 +22,7 @@
 #include "backends/registry.h"
 #include "catalogue.h"
 #include "catalogue_case.h"
+#include "config_fit.h"
 #include "driver/driver.h"
 #include "runtime/disk_cache.h"
 
@@ -51,20 +52,7 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-// A config for `s` with the wanted block sizes, each clamped to the values its space allows
-// (the largest one not above the wish, else the smallest): at [1, 1] every block is 1.
-config::Config fit(const driver::Specialized& s, const std::map<std::string, int64_t>& want) {
-  config::Config c;
-  for (const config::Tunable& t : s.space.tunables()) {
-    auto it = want.find(t.name);
-    if (it == want.end()) continue;
-    config::Json best = t.values.front();
-    for (const config::Json& v : t.values)
-      if (v.is_number_integer() && v.get<int64_t>() <= it->second) best = v;
-    c.set(t.name, best);
-  }
-  return c;
-}
+using testing_support::fit;
 
 driver::Specialized specialize(const KernelBase& k, const std::vector<Arg>& args) {
   return driver::specialize(k, frontend::describe_args(k, args), "pallas");

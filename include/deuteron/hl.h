@@ -16,6 +16,7 @@
 #include <source_location>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -219,7 +220,17 @@ Tensor gelu(const Tensor& x, const char* approximate = "none", Loc loc = Loc::cu
 Tensor abs(const Tensor& x, Loc loc = Loc::current());
 
 Tensor sum(const Tensor& x, int dim, bool keepdim = false, Loc loc = Loc::current());
+// The mean along `dim`, computed soundly for what usually follows it (x - mean): shifted by the
+// max, so it is exact for a constant row, does not overflow for values near the f32 limit, and
+// errs in proportion to the values' spread rather than their size. It costs one more pass than
+// sum(x) / n, which is as accurate where nothing cancels afterwards (a mean of squares).
 Tensor mean(const Tensor& x, int dim, bool keepdim = false, Loc loc = Loc::current());
+// torch.var / torch.var_mean: the variance along `dim` around hl::mean (two passes: centre,
+// then square, never E[x^2] - E[x]^2), divided by n - correction (1: unbiased, 0: biased, as
+// layer norm uses). A constant row has variance exactly 0.
+Tensor var(const Tensor& x, int dim, bool keepdim = false, int64_t correction = 1, Loc loc = Loc::current());
+std::pair<Tensor, Tensor> var_mean(const Tensor& x, int dim, bool keepdim = false, int64_t correction = 1,
+                                   Loc loc = Loc::current());
 Tensor amax(const Tensor& x, int dim, bool keepdim = false, Loc loc = Loc::current());
 Tensor amin(const Tensor& x, int dim, bool keepdim = false, Loc loc = Loc::current());
 

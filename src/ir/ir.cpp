@@ -212,6 +212,7 @@ std::string print(const Kernel& k, bool locations) {
       out += fmt::format("  {} = {}([{}], {}{})\n", t.name, !t.fill ? "empty" : t.fill->real == 0 ? "zeros" : "full",
                          fmt::join(t.shape, ", "),
                          t.fill && t.fill->real != 0 ? constant_text(*t.fill, t.dtype) + ", " : "", dtype_name(t.dtype));
+  if (k.ordered_adds) out += "  atomic adds: summed in a fixed order\n";
   for (const auto& p : k.block_params)
     out += fmt::format("  block size {}: {}\n", p.name,
                        p.fixed ? fmt::format("fixed {}", p.fixed)

@@ -182,6 +182,9 @@ struct Kernel {
   std::vector<Loop> loops;
   std::vector<Stmt> top;  // top-level statements: grid loops only (host code is gone)
   std::source_location loc;  // where the kernel was defined
+  // Float hl::atomic_adds are summed in a fixed order (KernelOptions::atomic_add), the same on
+  // every run; otherwise they are atomic (which targets without threads may ignore).
+  bool ordered_adds = false;
 
   const Value& value(ValueId v) const { return values.at(size_t(v)); }
   const Op& op(int id) const { return ops.at(size_t(id)); }

@@ -74,9 +74,29 @@ std::string at_index(const std::string& base, const std::string& index) {
   return index == "0" ? base : base + " + " + index;
 }
 
+// The tensors whose hl::atomic_adds each thread sums into its own copy (ordered adds): the
+// float targets. Integer adds are exact in any order, and stay atomic.
+std::vector<int> ordered_targets(const ir::Kernel& k) {
+  std::vector<int> out;
+  if (!k.ordered_adds) return out;
+  for (const ir::Op& op : k.ops)
+    if (op.atomic_add && is_floating(k.tensors[size_t(op.tensor)].dtype) &&
+        std::find(out.begin(), out.end(), op.tensor) == out.end())
+      out.push_back(op.tensor);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+int64_t numel(const ir::HostTensor& t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  return n;
+}
+
 class Generator {
  public:
-  explicit Generator(const CpuPlan& p) : p_(p), k_(p.kernel), checks_(index_checks(p)) {}
+  explicit Generator(const CpuPlan& p)
+      : p_(p), k_(p.kernel), checks_(index_checks(p)), ordered_(ordered_targets(p.kernel)) {}
 
   std::string run() {
     header();
@@ -93,7 +113,9 @@ class Generator {
     ++indent_;
     line("char* const fast = scratch + long(omp_get_thread_num()) * scratch_per_thread;");
     scratch_arrays();
-    if (p_.gemms.empty() || p_.threads == 1) {
+    ordered_copies();
+    // Ordered adds need each thread's grid steps fixed: the static schedule.
+    if (p_.gemms.empty() || p_.threads == 1 || !ordered_.empty()) {
       line("#pragma omp for schedule(static)");
     } else {
       // Block products: chunks of consecutive grid steps (which share resident operand blocks)
@@ -110,6 +132,7 @@ class Generator {
     body(int(&grid - k_.loops.data()));
     --indent_;
     line("}");
+    ordered_sums();
     --indent_;
     line("}");
     --indent_;
@@ -166,6 +189,46 @@ class Generator {
       line("#pragma omp simd");
       line(fmt::format("for (int64_t i = 0; i < {}; ++i) {}[i] = {};", n, tensor_name(int(i)),
                        stored(literal(*t.fill, compute), compute, t.dtype)));
+    }
+  }
+
+  // ---- ordered adds ----
+  // Where thread t's copy of an ordered target lives: after its fast memory, in its scratch.
+  int64_t copy_offset(int tensor) const {
+    int64_t off = (p_.fast_memory_bytes + 63) / 64 * 64;
+    for (int t : ordered_)
+      if (t != tensor) off += (numel(k_.tensors[size_t(t)]) * 4 + 63) / 64 * 64;
+      else break;
+    return off;
+  }
+  std::string copy_name(int tensor) const { return "mine_" + tensor_name(tensor); }
+  bool ordered(int tensor) const { return std::find(ordered_.begin(), ordered_.end(), tensor) != ordered_.end(); }
+
+  // Each thread adds into its own zeroed copy of an ordered target...
+  void ordered_copies() {
+    for (int t : ordered_) {
+      line(fmt::format("float* const {} = reinterpret_cast<float*>(fast + {});  // this thread's adds into {}, "
+                       "summed in thread order after the grid",
+                       copy_name(t), copy_offset(t), tensor_name(t)));
+      line("#pragma omp simd");
+      line(fmt::format("for (int64_t i = 0; i < {}; ++i) {}[i] = 0.0f;", numel(k_.tensors[size_t(t)]), copy_name(t)));
+    }
+  }
+  // ... and after the grid (the barrier ending its loop) the copies are added in thread order:
+  // with the static schedule, the same sum on every run.
+  void ordered_sums() {
+    for (int t : ordered_) {
+      line(fmt::format("// {} += every thread's copy, in thread order", tensor_name(t)));
+      line("#pragma omp for schedule(static)");
+      line(fmt::format("for (int64_t i = 0; i < {}; ++i) {{", numel(k_.tensors[size_t(t)])));
+      ++indent_;
+      line(fmt::format("float sum = {}[i];", tensor_name(t)));
+      line("for (int th = 0; th < omp_get_num_threads(); ++th)");
+      line(fmt::format("  sum += reinterpret_cast<const float*>(scratch + long(th) * scratch_per_thread + {})[i];",
+                       copy_offset(t)));
+      line(fmt::format("{}[i] = sum;", tensor_name(t)));
+      --indent_;
+      line("}");
     }
   }
 
@@ -477,13 +540,19 @@ class Generator {
   }
 
   std::string identity(ir::ReduceFn f, DType t) const {
-    bool fl = is_floating(t);
+    bool fl = is_floating(t), i32 = t == DType::i32;
     switch (f) {
-      case ir::ReduceFn::Sum: return fl ? "0.0f" : "int64_t(0)";
-      case ir::ReduceFn::Max: return fl ? "-dt::kInf" : "INT64_MIN";
-      case ir::ReduceFn::Min: return fl ? "dt::kInf" : "INT64_MAX";
+      case ir::ReduceFn::Sum: return fl ? "0.0f" : "0";
+      case ir::ReduceFn::Max: return fl ? "-dt::kInf" : i32 ? "INT32_MIN" : "INT64_MIN";
+      case ir::ReduceFn::Min: return fl ? "dt::kInf" : i32 ? "INT32_MAX" : "INT64_MAX";
     }
     return "0";
+  }
+
+  // A float max or min in a scalar accumulator: the simd max/min reductions drop NaNs, so a
+  // flag records whether one was seen (torch.amax propagates NaN, as hl::maximum does).
+  bool tracks_nan(const ir::Op& op) const {
+    return op.reduce != ir::ReduceFn::Sum && is_floating(k_.value(op.result).dtype);
   }
 
   // An integer sum accumulates in a scalar as uint64_t: it wraps, and so does the simd
@@ -499,8 +568,12 @@ class Generator {
         if (!is_integer(t)) return fmt::format("{0} = {0} + {1};", acc, x);
         if (scalar) return fmt::format("{0} = {0} + uint64_t({1});", acc, x);
         return fmt::format("{0} = dt::wrapping_add({0}, {1});", acc, x);
-      case ir::ReduceFn::Max: return fmt::format("{0} = {1} > {0} ? {1} : {0};", acc, x);
-      case ir::ReduceFn::Min: return fmt::format("{0} = {1} < {0} ? {1} : {0};", acc, x);
+      case ir::ReduceFn::Max:
+        if (!scalar && is_floating(t)) return fmt::format("{0} = dt::maximum({0}, {1});", acc, x);
+        return fmt::format("{0} = {1} > {0} ? {1} : {0};", acc, x);
+      case ir::ReduceFn::Min:
+        if (!scalar && is_floating(t)) return fmt::format("{0} = dt::minimum({0}, {1});", acc, x);
+        return fmt::format("{0} = {1} < {0} ? {1} : {0};", acc, x);
     }
     return "";
   }
@@ -567,16 +640,20 @@ class Generator {
     bool atomic = std::any_of(g.ops.begin(), g.ops.end(), [&](int o) { return k_.ops[size_t(o)].atomic_add; });
     if (!dom.empty() && !atomic) {
       pragma = "#pragma omp simd";
-      for (const ir::Op* op : scalar_red)
+      for (const ir::Op* op : scalar_red) {
         pragma += fmt::format(" reduction({}:acc{})",
                               op->reduce == ir::ReduceFn::Sum ? "+" : op->reduce == ir::ReduceFn::Max ? "max" : "min",
                               op->result);
+        if (tracks_nan(*op)) pragma += fmt::format(" reduction(|:nan{})", op->result);
+      }
     }
     open_nest(dom, pragma, [&](size_t level) {
       if (level + 1 != dom.size()) return;
-      for (const ir::Op* op : scalar_red)
+      for (const ir::Op* op : scalar_red) {
         line(fmt::format("{} acc{} = {};", accumulator_type(op->reduce, k_.value(op->result).dtype), op->result,
                          identity(op->reduce, k_.value(op->result).dtype)));
+        if (tracks_nan(*op)) line(fmt::format("int32_t nan{} = 0;", op->result));
+      }
     });
     for (int o : g.ops) {
       const ir::Op& op = k_.ops[size_t(o)];
@@ -586,8 +663,12 @@ class Generator {
         // The address may compute values (a scatter's index): before the pragma, which must
         // precede the update statement itself.
         std::string at = address(op);
-        if (op.atomic_add) line("#pragma omp atomic update");
-        line(fmt::format("{}[{}] {}= {};", tensor_name(op.tensor), at, op.atomic_add ? "+" : "", e));
+        if (op.atomic_add && ordered(op.tensor)) {
+          line(fmt::format("{}[{}] += {};", copy_name(op.tensor), at, e));
+        } else {
+          if (op.atomic_add) line("#pragma omp atomic update");
+          line(fmt::format("{}[{}] {}= {};", tensor_name(op.tensor), at, op.atomic_add ? "+" : "", e));
+        }
       } else if (op.kind == OpKind::Reduce) {
         int rd = k_.value(op.inputs[0]).dims[size_t(op.dim)];
         std::string x = convert(value(op.inputs[0]), k_.value(op.inputs[0]).dtype, k_.value(op.result).dtype);
@@ -595,6 +676,7 @@ class Generator {
           line(fmt::format("m{}[{}] = {};", op.result, storage_index(op.result), x));
         } else if (rd == inner) {
           line(combine(op.reduce, fmt::format("acc{}", op.result), x, k_.value(op.result).dtype, true));
+          if (tracks_nan(op)) line(fmt::format("nan{0} |= {1} != {1};", op.result, x));
         } else {
           line(combine(op.reduce, fmt::format("m{}[{}]", op.result, storage_index(op.result)), x,
                        k_.value(op.result).dtype, false));
@@ -611,6 +693,7 @@ class Generator {
         DType t = k_.value(op->result).dtype;
         std::string acc = fmt::format("acc{}", op->result);
         if (accumulator_type(op->reduce, t) != std::string(ctype(t))) acc = fmt::format("{}({})", ctype(t), acc);
+        if (tracks_nan(*op)) acc = fmt::format("nan{} ? dt::nan() : {}", op->result, acc);
         line(fmt::format("m{}[{}] = {};", op->result, storage_index(op->result), acc));
       }
     });
@@ -1022,6 +1105,7 @@ class Generator {
   const CpuPlan& p_;
   const ir::Kernel& k_;
   const std::vector<IndexCheck> checks_;
+  const std::vector<int> ordered_;  // tensors whose atomic adds are summed in a fixed order
   std::string out_;
   int indent_ = 0;
   std::map<ir::ValueId, std::string> scalars_;  // values computed as scalars in this group
@@ -1091,6 +1175,13 @@ std::string drop_unused_constants(const std::string& source) {
 }
 
 }  // namespace
+
+
+int64_t scratch_per_thread(const CpuPlan& p) {
+  int64_t bytes = (p.fast_memory_bytes + 63) / 64 * 64;
+  for (int t : ordered_targets(p.kernel)) bytes += (numel(p.kernel.tensors[size_t(t)]) * 4 + 63) / 64 * 64;
+  return bytes;
+}
 
 std::string generate(const CpuPlan& p) {
   Generator g(p);

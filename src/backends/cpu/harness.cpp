@@ -39,7 +39,7 @@ class CpuHarness : public backends::Harness {
     // point's signature is documented in cpu/codegen.h.
     fs::path so = fs::path(exe->source_path).replace_extension(".so");
     backends::Prepared out;
-    out.kernel_line = fmt::format("kernel {} {} {} {}", (p.fast_memory_bytes + 63) / 64 * 64,
+    out.kernel_line = fmt::format("kernel {} {} {} {}", scratch_per_thread(p),
                                   std::max(threads(p), 1), entry_name(p), so.string());
     out.compiled = exe->compiled;
     out.compile_seconds = exe->compile_seconds;
