@@ -306,5 +306,48 @@ TEST(Exact, AtomicAddSumsAreTheSameOnEveryRun) {
   }
 }
 
+// The choice is the kernel's (KernelOptions::atomic_add): "atomic" keeps atomic adds, "auto"
+// orders them while each thread's copies stay within 1 MiB, an unknown name is an error.
+TEST(Exact, AtomicAddOrderIsAnOption) {
+  auto column_sums = [](std::string mode) {
+    KernelOptions o = untuned();
+    o.atomic_add = std::move(mode);
+    return deuteron::kernel("column_sums_mode", [](hl::Tensor x) {
+      auto sums = hl::zeros({x.size(1)});
+      for (auto tm : hl::tile(x.size(0))) hl::atomic_add(sums, {hl::all}, x[{tm, hl::all}].sum(0));
+      return sums;
+    }, o);
+  };
+  auto scatter = [](std::string mode) {  // into a table of 1 MiB + 4 bytes
+    KernelOptions o = untuned();
+    o.atomic_add = std::move(mode);
+    return deuteron::kernel("big_scatter_mode", [](hl::Tensor x, hl::Tensor idx) {
+      auto table = hl::zeros({(1 << 18) + 1});
+      for (auto t : hl::tile(x.size(0))) hl::atomic_add(table, {idx[t]}, x[t]);
+      return table;
+    }, o);
+  };
+  auto code = [](const KernelBase& k, const std::vector<Arg>& args) {
+    auto s = driver::specialize(k, frontend::describe_args(k, args), "cpu");
+    return s.backend->emit(driver::lower(s, s.space.default_config()));
+  };
+  Tensor small = Tensor::rand({8, 300}, DType::f32, 1);
+  std::vector<Arg> sparse = {Tensor::zeros({16}, DType::f32), Tensor::zeros({16}, DType::i64)};
+  EXPECT_NE(code(column_sums("atomic"), {small}).find("#pragma omp atomic update"), std::string::npos);
+  EXPECT_EQ(code(column_sums("auto"), {small}).find("#pragma omp atomic update"), std::string::npos);
+  EXPECT_EQ(code(scatter("ordered"), sparse).find("#pragma omp atomic update"), std::string::npos);
+  EXPECT_NE(code(scatter("auto"), sparse).find("#pragma omp atomic update"), std::string::npos)
+      << "a copy of 1 MiB + 4 bytes per thread is not cheap";
+  for (const char* mode : {"atomic", "ordered"}) {
+    Tensor got = column_sums(mode)(small);
+    for (int64_t j = 0; j < 300; ++j) {
+      double want = 0;
+      for (int64_t i = 0; i < 8; ++i) want += small.get(i * 300 + j);
+      EXPECT_NEAR(got.get(j), want, 1e-5) << mode << " column " << j;
+    }
+  }
+  EXPECT_THROW(column_sums("sometimes")(small), ArgumentError);
+}
+
 }  // namespace
 }  // namespace deuteron

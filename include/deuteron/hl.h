@@ -266,9 +266,12 @@ Tensor empty_like(const Tensor& t, DType dtype, Loc loc = Loc::current());
 
 // target[index] += value, atomically (Helion's hl.atomic_add, Triton's tl.atomic_add): grid
 // steps may add into the same elements, as a sum over every row into one scalar does. `target`
-// is an f32, int32 or int64 output created with hl::zeros (or hl::full) in host code. On the
-// CPU the order of the additions is not fixed, so float sums may differ in the last bits from
-// run to run; on a TPU (pallas) the adding grid steps run in order on one block in VMEM.
+// is an f32, int32 or int64 output created with hl::zeros (or hl::full) in host code; `index`
+// may gather (`{idx[t]}`: a scatter-add, its indices checked as a gather's are). On the CPU,
+// float adds are by default summed in a fixed order (each thread into its own copy, then the
+// copies in thread order: the same bits on every run of a config), or atomically, whose last
+// bits vary from run to run: see KernelOptions::atomic_add. Integer adds wrap and are exact in
+// any order. On a TPU (pallas) the adding grid steps run in order on one block in VMEM.
 void atomic_add(const Tensor& target, std::initializer_list<Index> index, const Tensor& value,
                 Loc loc = Loc::current());
 

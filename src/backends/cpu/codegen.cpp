@@ -636,8 +636,14 @@ class Generator {
                        op->result, identity(op->reduce, r.dtype)));
     }
     std::string pragma;
-    // Atomic adds may hit one address from several lanes: no simd for their loops.
-    bool atomic = std::any_of(g.ops.begin(), g.ops.end(), [&](int o) { return k_.ops[size_t(o)].atomic_add; });
+    // Atomic adds, and adds at gathered indices, may hit one address from several lanes: no
+    // simd for their loops. (An ordered add at the block's own indices is a plain store.)
+    bool atomic = std::any_of(g.ops.begin(), g.ops.end(), [&](int o) {
+      const ir::Op& op = k_.ops[size_t(o)];
+      bool gathered = std::any_of(op.index.begin(), op.index.end(),
+                                  [](const ir::Index& e) { return e.kind == ir::Index::Kind::Gather; });
+      return op.atomic_add && (!ordered(op.tensor) || gathered);
+    });
     if (!dom.empty() && !atomic) {
       pragma = "#pragma omp simd";
       for (const ir::Op* op : scalar_red) {
