@@ -51,7 +51,7 @@ static std::vector<Tensor> cross_entropy_reference(const std::vector<Arg>& args)
     double mx = -INFINITY, sum = 0;
     for (int64_t j = 0; j < v; ++j) mx = std::max(mx, row[j]);
     for (int64_t j = 0; j < v; ++j) sum += std::exp(row[j] - mx);
-    total += mx + std::log(sum) - row[int64_t(labels[size_t(i)])];
+    total += std::log(sum) - (row[int64_t(labels[size_t(i)])] - mx);  // no cancellation, as in the kernel
     ++counted;
   }
   return {from_doubles({total / double(counted)}, {1}, DType::f32)};

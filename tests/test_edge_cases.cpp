@@ -8,6 +8,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "backends/pallas/backend.h"
@@ -258,6 +259,154 @@ TEST(EdgeCases, MeanAndVarAreSound) {
   expect_values(r.outputs[2], biased, 1e-5, "biased var");
   expect_values(r.outputs[3], block_mean, 1e-6, "mean over blocks of a tiled dim");
 }
+
+// ---- the catalogue on edge-case rows ----------------------------------------------------------
+
+// A row of the kernel's input (a run of its last dim) replaced by values where f32 arithmetic
+// goes wrong. The expected outputs come from the catalogue's float64 references, on the same
+// inputs.
+struct Pattern {
+  const char* name;
+  double (*value)(int64_t j, int64_t n, double random);  // element j of a row of n
+};
+const Pattern kInfs = {"inf", [](int64_t j, int64_t, double r) { return j == 7 ? kInf : r; }};
+const Pattern kNegInfs = {"neg_inf", [](int64_t j, int64_t, double r) { return j == 7 ? -kInf : r; }};
+const Pattern kNaNs = {"nan", [](int64_t j, int64_t, double r) { return j == 11 ? kNaN : r; }};
+const Pattern kHuge = {"huge", [](int64_t j, int64_t, double) { return j % 2 ? -3e38 : 3e38; }};
+const Pattern kHugeConstant = {"huge_constant", [](int64_t, int64_t, double) { return 3e38; }};
+const Pattern kDenormal = {"denormal", [](int64_t j, int64_t, double) { return double(j % 13 + 1) * 7e-40; }};
+const Pattern kConstant = {"constant", [](int64_t, int64_t, double) { return 10000.3; }};
+// Every column -inf but the last three: whole leading blocks masked, at any block size.
+const Pattern kMasked = {"masked", [](int64_t j, int64_t n, double r) { return j < n - 3 ? -kInf : r; }};
+
+struct EdgeSuite {
+  std::string kernel;
+  int input = 0;  // the argument whose rows are patterned
+  std::vector<Pattern> patterns;
+  // Each output row depends on one input row: all patterns go in one run, a row each.
+  bool rows_independent = true;
+};
+
+// What each kernel is checked on. Left out, as f32 cannot give the float64 answer and torch's
+// f32 gives what Deuteron gives: squares and products of values near 3e38 (they overflow:
+// rms_norm, the matmul family, a layer norm of mixed +-3e38 rows), and -inf in the gelu / silu
+// products (their formulas evaluate -inf * 0).
+const std::vector<EdgeSuite> kSuites = {
+    {"add", 0, {kInfs, kNegInfs, kNaNs, kHuge, kDenormal, kConstant, kMasked}},
+    {"softmax", 0, {kInfs, kNegInfs, kNaNs, kHuge, kDenormal, kConstant, kMasked}},
+    {"softmax_decomposed", 0, {kInfs, kNegInfs, kNaNs, kHuge, kDenormal, kConstant, kMasked}},
+    {"softmax_two_pass", 0, {kInfs, kNegInfs, kNaNs, kHuge, kDenormal, kConstant, kMasked}},
+    {"batch_softmax", 0, {kInfs, kNegInfs, kNaNs, kHuge, kDenormal, kConstant, kMasked}},
+    {"cross_entropy", 0, {kInfs, kNegInfs, kNaNs, kHuge, kDenormal, kConstant, kMasked}, false},
+    {"swiglu", 0, {kInfs, kNaNs, kHuge, kDenormal, kConstant}},
+    {"geglu", 0, {kInfs, kNaNs, kHuge, kDenormal, kConstant}},
+    {"layer_norm", 0, {kInfs, kNegInfs, kNaNs, kHugeConstant, kDenormal, kConstant, kMasked}},
+    {"welford", 2, {kInfs, kNegInfs, kNaNs, kHugeConstant, kDenormal, kConstant, kMasked}},
+    {"rms_norm", 0, {kInfs, kNegInfs, kNaNs, kDenormal, kConstant, kMasked}},
+    {"rms_norm_bwd", 1, {kInfs, kNaNs, kDenormal, kConstant}, false},
+    {"matmul", 0, {kInfs, kNegInfs, kNaNs, kDenormal, kConstant}},
+    {"bmm", 0, {kInfs, kNegInfs, kNaNs, kDenormal, kConstant}},
+    {"broadcast_matmul", 0, {kInfs, kNegInfs, kNaNs, kDenormal, kConstant}},
+    {"matmul_layernorm", 0, {kInfs, kNaNs, kDenormal, kConstant}},
+    {"epilogue_subtiling", 0, {kNaNs, kDenormal, kConstant}},
+    {"attention", 0, {kInfs, kNaNs, kDenormal, kConstant}},
+    {"attention_causal", 0, {kInfs, kNaNs, kDenormal, kConstant}},
+};
+
+struct EdgeCase {
+  const EdgeSuite* suite;
+  std::vector<Pattern> patterns;  // in rows 0, 1, ... of the patterned input
+  std::string target;
+  std::vector<int64_t> shape;
+};
+
+void PrintTo(const EdgeCase& c, std::ostream* os) {
+  std::vector<std::string> names;
+  for (const Pattern& p : c.patterns) names.push_back(p.name);
+  *os << fmt::format("{} on {} [{}] rows: {}", c.suite->kernel, c.target, fmt::join(c.shape, ", "), fmt::join(names, ", "));
+}
+
+std::string edge_case_name(const testing::TestParamInfo<EdgeCase>& info) {
+  std::string patterns = info.param.patterns.size() == 1 ? info.param.patterns[0].name : "all";
+  return fmt::format("{}_{}_{}", info.param.suite->kernel, patterns, info.param.target);
+}
+
+// The pallas target runs these of them, at a small shape (interpret mode costs about 20 ms per
+// grid step).
+const std::map<std::string, std::vector<int64_t>> kPallasShapes = {
+    {"add", {17, 300}},    {"softmax", {17, 300}},      {"softmax_decomposed", {17, 300}},
+    {"batch_softmax", {2, 9, 300}}, {"swiglu", {2, 9, 300}}, {"geglu", {2, 9, 300}},
+    {"layer_norm", {17, 300}}, {"rms_norm", {17, 300}}, {"rms_norm_bwd", {17, 300}}};
+
+std::vector<EdgeCase> edge_cases() {
+  std::vector<EdgeCase> out;
+  for (const EdgeSuite& s : kSuites) {
+    std::vector<std::string> targets = {"cpu"};
+    if (kPallasShapes.count(s.kernel)) targets.push_back("pallas");
+    for (const std::string& target : targets) {
+      std::vector<int64_t> shape = target == "cpu" ? examples::find(s.kernel).small_shape : kPallasShapes.at(s.kernel);
+      if (s.rows_independent) out.push_back({&s, s.patterns, target, shape});
+      else
+        for (const Pattern& p : s.patterns) out.push_back({&s, {p}, target, shape});
+    }
+  }
+  return out;
+}
+
+class EdgeCaseSuite : public testing::TestWithParam<EdgeCase> {};
+
+TEST_P(EdgeCaseSuite, MatchesTheFloat64Reference) {
+  const EdgeCase& c = GetParam();
+  if (c.target == "pallas") {
+    std::string problem = pallas::environment_problem();
+    ASSERT_TRUE(problem.empty()) << problem;
+  }
+  const examples::Entry& e = examples::find(c.suite->kernel);
+  std::vector<Arg> args = e.inputs(c.shape, DType::f32, 21);
+  Tensor& x = std::get<Tensor>(args.at(size_t(c.suite->input)));
+  int64_t n = x.size(-1);
+  // The patterned rows are spread out (every 3rd), so blocks of rows mix them with plain ones.
+  for (size_t p = 0; p < c.patterns.size(); ++p) {
+    int64_t row = c.patterns.size() == 1 ? 1 : int64_t(p) * 3 % (x.numel() / n);
+    for (int64_t j = 0; j < n; ++j) x.set(row * n + j, c.patterns[p].value(j, n, x.get(row * n + j)));
+  }
+  std::vector<Tensor> want = e.reference(args);
+  // The default config, and on the cpu small blocks (several blocks per row and loop).
+  std::vector<config::Config> configs = {config::Config()};
+  if (c.target == "cpu") {
+    auto s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), "cpu");
+    // Tile blocks (and looped reductions, where the kernel allows them) of 16, else smaller.
+    for (int64_t b = 16, reductions = 1; b >= 1 && configs.size() == 1; reductions ? reductions = 0 : (b /= 2, reductions = 1)) {
+      std::map<std::string, int64_t> small;
+      for (const config::Tunable& t : s.space.tunables())
+        if (t.kind == config::Tunable::Kind::BlockSize && (reductions || t.name.rfind("block_", 0) == 0))
+          small[t.name] = b;
+      config::Config cfg = fit(s, small);
+      for (const config::Tunable& t : s.space.tunables())  // small blocks of resident operands pack badly
+        if (std::count(t.values.begin(), t.values.end(), config::Json("in_place"))) cfg.set(t.name, "in_place");
+      try {
+        driver::lower(s, cfg);
+        configs.push_back(cfg);
+      } catch (const ConfigError&) {
+        // too much fast memory: smaller blocks
+      }
+    }
+    ASSERT_EQ(configs.size(), 2u) << "no small-block config fits";
+  }
+  for (const config::Config& cfg : configs) {
+    Outputs got = driver::run(*e.kernel, args, c.target, cfg).outputs;
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      Tolerance tol = examples::tolerance_for(e, DType::f32);
+      CloseResult r = allclose(got[i], want[i], tol.rtol, tol.atol);
+      EXPECT_TRUE(r.close) << "config " << cfg.dump() << ", output " << i << ": " << r.num_bad
+                           << " elements off, the first at flat index " << r.first_bad_index << ": got "
+                           << got[i].get(r.first_bad_index) << ", want " << want[i].get(r.first_bad_index);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Catalogue, EdgeCaseSuite, testing::ValuesIn(edge_cases()), edge_case_name);
 
 }  // namespace
 }  // namespace deuteron
