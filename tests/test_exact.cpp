@@ -71,6 +71,8 @@ TEST(Exact, KernelsDifferingInASliceOffsetRunTheirOwnCode) {
     }
   auto s = driver::specialize(second, frontend::describe_args(second, {x}), "cpu");
   EXPECT_NE(ir::print(s.ir).find("load arg0[t0, 2:5]"), std::string::npos) << ir::print(s.ir);
+  std::string plan = plan::print(driver::lower(s, s.space.default_config()));
+  EXPECT_NE(plan.find("index map (t0, 2:5)"), std::string::npos) << plan;
 }
 
 // ---- integers -------------------------------------------------------------------------------
