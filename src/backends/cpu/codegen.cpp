@@ -108,6 +108,7 @@ class Generator {
     axis_constants();
     fill_outputs();
     const ir::Loop& grid = k_.grid_loop();
+    if (!ordered_.empty()) line("int team = 1;  // the threads the region got: their copies are summed after it");
     line(fmt::format("#pragma omp parallel num_threads({})", p_.threads));
     line("{");
     ++indent_;
@@ -132,9 +133,9 @@ class Generator {
     body(int(&grid - k_.loops.data()));
     --indent_;
     line("}");
-    ordered_sums();
     --indent_;
     line("}");
+    ordered_sums();
     --indent_;
     line("}");
     return out_;
@@ -206,6 +207,7 @@ class Generator {
 
   // Each thread adds into its own zeroed copy of an ordered target...
   void ordered_copies() {
+    if (!ordered_.empty()) line("if (omp_get_thread_num() == 0) team = omp_get_num_threads();");
     for (int t : ordered_) {
       line(fmt::format("float* const {} = reinterpret_cast<float*>(fast + {});  // this thread's adds into {}, "
                        "summed in thread order after the grid",
@@ -214,16 +216,17 @@ class Generator {
       line(fmt::format("for (int64_t i = 0; i < {}; ++i) {}[i] = 0.0f;", numel(k_.tensors[size_t(t)]), copy_name(t)));
     }
   }
-  // ... and after the grid (the barrier ending its loop) the copies are added in thread order:
-  // with the static schedule, the same sum on every run.
+  // ... and after the parallel region the copies are added in thread order: with the static
+  // schedule, the same sum on every run. Serially, after the region's own join: another
+  // barrier inside it costs a scheduling quantum whenever a thread is descheduled (a busy
+  // machine), which measured more than the sums (a few thousand adds).
   void ordered_sums() {
     for (int t : ordered_) {
       line(fmt::format("// {} += every thread's copy, in thread order", tensor_name(t)));
-      line("#pragma omp for schedule(static)");
       line(fmt::format("for (int64_t i = 0; i < {}; ++i) {{", numel(k_.tensors[size_t(t)])));
       ++indent_;
       line(fmt::format("float sum = {}[i];", tensor_name(t)));
-      line("for (int th = 0; th < omp_get_num_threads(); ++th)");
+      line("for (int th = 0; th < team; ++th)");
       line(fmt::format("  sum += reinterpret_cast<const float*>(scratch + long(th) * scratch_per_thread + {})[i];",
                        copy_offset(t)));
       line(fmt::format("{}[i] = sum;", tensor_name(t)));
@@ -1183,7 +1186,7 @@ std::string drop_unused_constants(const std::string& source) {
 }  // namespace
 
 
-int64_t scratch_per_thread(const CpuPlan& p) {
+int64_t scratch_per_thread(const plan::Plan& p) {
   int64_t bytes = (p.fast_memory_bytes + 63) / 64 * 64;
   for (int t : ordered_targets(p.kernel)) bytes += (numel(p.kernel.tensors[size_t(t)]) * 4 + 63) / 64 * 64;
   return bytes;
