@@ -336,7 +336,8 @@ Tensor mean(const Tensor& x, int d, bool keepdim, Loc loc) {
   // error that scales with the spread, not the magnitude, as the plain sum's does. Where p is
   // not finite (an inf or NaN in the row) the shift is 0: the plain mean, inf, -inf or NaN.
   Tensor p = amax(x, d, true, loc);
-  Tensor shift = where(Operand(abs(p, loc), loc) < Operand(INFINITY, loc), Operand(p, loc), Operand(0.0, loc));
+  Tensor finite = Operand(abs(p, loc), loc) < Operand(INFINITY, loc);
+  Tensor shift = where(Operand(finite, loc), Operand(p, loc), Operand(0.0, loc));
   Tensor deviation = Operand(x, loc) - Operand(shift, loc);
   Tensor m = Operand(shift, loc) + Operand(sum(Operand(deviation, loc) * Operand(inv, loc), d, true, loc), loc);
   return keepdim ? m : m.squeeze(d, loc);
@@ -344,10 +345,12 @@ Tensor mean(const Tensor& x, int d, bool keepdim, Loc loc) {
 
 std::pair<Tensor, Tensor> var_mean(const Tensor& x, int d, bool keepdim, int64_t correction, Loc loc) {
   auto& tr = Tracer::current(loc);
-  Tensor mu = mean(x, d, true, loc);
-  Tensor centered = Operand(x, loc) - Operand(mu, loc);
   Tensor dof = Operand(reduced_count(tr, x, d, loc), loc) - Operand(double(correction), loc);
-  Tensor var = Operand(sum(Operand(centered, loc) * Operand(centered, loc), d, true, loc), loc) / Operand(dof, loc);
+  Tensor mu = mean(x, d, true, loc);
+  // x - mu traced twice, not once and squared: each has one use, so the plan computes them in
+  // the sum's loop instead of storing a centred copy of the block.
+  Tensor square = Operand(Operand(x, loc) - Operand(mu, loc), loc) * Operand(Operand(x, loc) - Operand(mu, loc), loc);
+  Tensor var = Operand(sum(square, d, true, loc), loc) / Operand(dof, loc);
   if (keepdim) return {var, mu};
   return {var.squeeze(d, loc), mu.squeeze(d, loc)};
 }
