@@ -83,6 +83,23 @@ TEST(KernelErrors, PointwiseOpOnBlocksThatDoNotBroadcast) {
   EXPECT_TRUE(mentions(e, "shape mismatch"));
 }
 
+// Shape errors say what the user indexed with (tiles by name, whole dims by their length), not
+// the internal block parameters ("reduce_r0 vs reduce_r1").
+TEST(KernelErrors, ShapeMismatchesNameTheUsersDims) {
+  auto k = deuteron::kernel("mismatch_whole", [](hl::Tensor x, hl::Tensor y) {
+    auto out = hl::empty_like(x);
+    for (auto tm : hl::tile(x.size(0))) {
+      THE_MISTAKE_IS_ON_THE_NEXT_LINE();
+      out[{tm, hl::all}] = x[{tm, hl::all}] + y[{tm, hl::all}];  // 7 columns + 3 columns
+    }
+    return out;
+  });
+  auto e = error_of<KernelError>([&] { k(x57, Tensor::rand({5, 3}, DType::f32, 3)); });
+  EXPECT_TRUE(points_at(e, mistake_line));
+  EXPECT_TRUE(mentions(e, "[t0, 7] and [t0, 3] do not broadcast (a whole dim or slice of 7 vs a whole dim or slice of 3)"));
+  EXPECT_FALSE(mentions(e, "reduce_"));
+}
+
 TEST(KernelErrors, PointwiseMismatchPointsAtTheOpNotTheOperands) {
   auto k = deuteron::kernel("mismatch_split", [](hl::Tensor x, hl::Tensor w) {
     auto out = hl::empty_like(x);

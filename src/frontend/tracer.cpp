@@ -270,17 +270,25 @@ std::vector<int> Tracer::broadcast_dims(const std::vector<int>& a, const std::ve
     if (da == db || db == ir::kOne) d = da;
     else if (da == ir::kOne) d = db;
     else {
-      auto show = [&](const std::vector<int>& dims) {
-        std::vector<std::string> s;
-        for (int x : dims) s.push_back(ir::dim_name(k_, x));
-        return fmt::format("[{}]", fmt::join(s, ", "));
-      };
-      fail(fmt::format("shape mismatch in {}: {} and {} do not broadcast ({} vs {})", what,
-                       show(a), show(b), ir::dim_name(k_, da), ir::dim_name(k_, db)),
+      fail(fmt::format("shape mismatch in {}: {} and {} do not broadcast ({} vs {})", what, shape_text(a),
+                       shape_text(b), dim_text(da, true), dim_text(db, true)),
            loc, "operands must be indexed by the same tiles (or have size-one dims)");
     }
   }
   return out;
+}
+
+std::string Tracer::dim_text(int d, bool spelled) const {
+  if (d == ir::kOne) return spelled ? "a dim of size one" : "1";
+  const ir::Axis& ax = k_.axes[size_t(d)];
+  if (ax.kind == ir::AxisKind::Tile) return spelled ? fmt::format("tile {}", ax.name) : ax.name;
+  return spelled ? fmt::format("a whole dim or slice of {}", ax.extent) : fmt::format("{}", ax.extent);
+}
+
+std::string Tracer::shape_text(const std::vector<int>& dims) const {
+  std::vector<std::string> s;
+  for (int d : dims) s.push_back(dim_text(d));
+  return fmt::format("[{}]", fmt::join(s, ", "));
 }
 
 int Tracer::axis_for(ir::AxisKind kind, int64_t extent, const std::string& prefix) {
@@ -440,14 +448,10 @@ void Tracer::store_indexed(Var& target, const Var& value, const std::source_loca
   ir::Op load = k_.ops[size_t(target.load_op)];
   const std::vector<int>& block = k_.value(load.result).dims;
   std::vector<int> vd = k_.value(v).dims;
-  if (vd.size() > block.size() || broadcast_dims(vd, block, loc, "a store") != block) {
-    std::vector<std::string> a, b;
-    for (int x : vd) a.push_back(ir::dim_name(k_, x));
-    for (int x : block) b.push_back(ir::dim_name(k_, x));
-    fail(fmt::format("storing a block of shape [{}] into '{}' whose indexed block has shape [{}]",
-                     fmt::join(a, ", "), ht.name, fmt::join(b, ", ")),
+  if (vd.size() > block.size() || broadcast_dims(vd, block, loc, "a store") != block)
+    fail(fmt::format("storing a block of shape {} into '{}' whose indexed block has shape {}", shape_text(vd),
+                     ht.name, shape_text(block)),
          loc, "the stored value must have (or broadcast to) the shape of the indexed block");
-  }
   // The read made by `out[index]` is not needed: drop it from the body.
   auto& stmts = body();
   for (auto it = stmts.rbegin(); it != stmts.rend(); ++it)
@@ -611,11 +615,7 @@ ir::ValueId Tracer::dot(const Var& a, const Var& b, const Var* acc, const std::s
   ir::ValueId vb = use(b, loc, "hl::dot");
   const ir::Value xa = k_.value(va);
   const ir::Value xb = k_.value(vb);
-  auto show = [&](const std::vector<int>& dims) {
-    std::vector<std::string> s;
-    for (int x : dims) s.push_back(ir::dim_name(k_, x));
-    return fmt::format("[{}]", fmt::join(s, ", "));
-  };
+  auto show = [&](const std::vector<int>& dims) { return shape_text(dims); };
   for (const ir::Value* x : {&xa, &xb}) {
     const char* which = x == &xa ? "first" : "second";
     if (x->dims.size() < 2)
@@ -631,7 +631,7 @@ ir::ValueId Tracer::dot(const Var& a, const Var& b, const Var* acc, const std::s
   int ka = xa.dims[ra - 1], kb = xb.dims[rb - 2];
   if (ka != kb)
     fail(fmt::format("hl::dot: contraction dims differ: {} @ {} contracts {} with {}", show(xa.dims),
-                     show(xb.dims), ir::dim_name(k_, ka), ir::dim_name(k_, kb)),
+                     show(xb.dims), dim_text(ka, true), dim_text(kb, true)),
          loc,
          "the last dim of the first operand must be the second-to-last dim of the second, read with "
          "the same tile (or the same whole dim); transpose an operand if needed");
@@ -832,14 +832,10 @@ void Tracer::close_loop(int loop_id) {
     if (next == init) continue;
     const ir::Value iv = k_.value(init);
     const ir::Value nv = k_.value(next);
-    if (iv.dims != nv.dims) {
-      std::vector<std::string> a, b;
-      for (int x : iv.dims) a.push_back(ir::dim_name(k_, x));
-      for (int x : nv.dims) b.push_back(ir::dim_name(k_, x));
-      fail(fmt::format("a value carried around the loop changes shape from [{}] to [{}]",
-                       fmt::join(a, ", "), fmt::join(b, ", ")),
+    if (iv.dims != nv.dims)
+      fail(fmt::format("a value carried around the loop changes shape from {} to {}", shape_text(iv.dims),
+                       shape_text(nv.dims)),
            var->loc, "give the accumulator its final shape before the loop (hl::zeros/hl::full)");
-    }
     ir::Carried c;
     c.init = init;
     c.next = next;

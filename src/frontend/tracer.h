@@ -128,6 +128,11 @@ class Tracer {
   // The tile's axis, after checking that its loop is open.
   int tile_axis(const hl::Tile& t, const std::source_location& loc) const;
 
+  // A block shape as the user wrote it, for errors: tiles by name, whole dims and slices by
+  // their length ("[t0, 300]"); `spelled`: "tile t0", "a whole dim or slice of 300".
+  std::string shape_text(const std::vector<int>& dims) const;
+  std::string dim_text(int dim, bool spelled = false) const;
+
   const ir::Kernel& kernel() const { return k_; }
   [[noreturn]] void fail(const std::string& what, const std::source_location& loc,
                          const std::string& hint = "") const;
