@@ -181,6 +181,31 @@ TEST(Exact, Int32ReductionsStartFromTheirOwnLimits) {
   }
 }
 
+// A float number with an integer block promotes to f32, as in torch (inf and 0.5 are no
+// integers); an integral one keeps the block's dtype.
+TEST(Exact, FloatNumbersWithIntegerBlocksPromote) {
+  static const auto k = deuteron::kernel("int_plus_floats", [](hl::Tensor x) {
+    auto a = hl::empty_like(x, DType::f32), b = hl::empty_like(x, DType::f32), c = hl::empty_like(x);
+    for (auto t : hl::tile(x.size(0))) {
+      auto inf = x[t] + INFINITY, half = x[t] * 0.5, two = x[t] * 2.0;
+      EXPECT_EQ(inf.dtype(), DType::f32);
+      EXPECT_EQ(half.dtype(), DType::f32);
+      EXPECT_EQ(two.dtype(), DType::i64);
+      a[t] = inf;
+      b[t] = half;
+      c[t] = two;
+    }
+    return std::make_tuple(a, b, c);
+  }, untuned());
+  Tensor x = Tensor::rand({5}, DType::i64, 3, -10, 10);
+  Outputs r = k(x);
+  for (int64_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(r[0].get(i), INFINITY);
+    EXPECT_EQ(r[1].get(i), x.get(i) * 0.5);
+    EXPECT_EQ(r[2].get(i), x.get(i) * 2);
+  }
+}
+
 // A constant that its dtype cannot hold is an error at the user's line, not a silent wrap.
 TEST(Exact, ConstantsOutsideTheirDtypeAreErrors) {
   static const auto k = deuteron::kernel("too_big", [](hl::Tensor x) {

@@ -496,7 +496,7 @@ ir::Constant Tracer::constant(const hl::Number& n, DType dt, const std::source_l
 ir::ValueId Tracer::number(const hl::Number& n, DType other, std::vector<int> dims, const std::source_location& loc) {
   // A number takes the other operand's dtype, unless it is a float and that is not (then f32),
   // or a boolean cannot hold it (then int64).
-  bool integral = n.is_integer || n.real == std::trunc(n.real);
+  bool integral = n.is_integer || (std::isfinite(n.real) && n.real == std::trunc(n.real));
   DType dt = is_floating(other) || integral ? other : DType::f32;
   double x = n.is_integer ? double(n.integer) : n.real;
   if (dt == DType::boolean && !(x == 0 || x == 1)) dt = DType::i64;
