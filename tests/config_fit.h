@@ -4,6 +4,8 @@
 #include <map>
 #include <string>
 
+#include <gtest/gtest.h>
+
 #include "driver/driver.h"
 
 namespace deuteron::testing_support {
@@ -20,6 +22,9 @@ inline config::Config fit(const driver::Specialized& s, const std::map<std::stri
       if (v.is_number_integer() && v.get<int64_t>() <= it->second) best = v;
     c.set(t.name, best);
   }
+  // A wish for a tunable the kernel lacks (a renamed dim) would silently test the default.
+  for (const auto& [name, value] : want)
+    if (!c.has(name)) ADD_FAILURE() << "kernel '" << s.kernel->name() << "' has no tunable " << name;
   return c;
 }
 

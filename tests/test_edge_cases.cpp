@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include "api/api.h"
 #include "backends/pallas/backend.h"
 #include "catalogue.h"
 #include "config_fit.h"
@@ -34,7 +35,7 @@ using testing_support::fit;
 Outputs run(const std::string& kernel, const std::vector<Arg>& args, const std::map<std::string, int64_t>& blocks = {},
             const std::string& target = "cpu") {
   const examples::Entry& e = examples::find(kernel);
-  return driver::run(*e.kernel, args, target, fit(*e.kernel, args, blocks)).outputs;
+  return api::run(*e.kernel, args, target, fit(*e.kernel, args, blocks)).outputs;
 }
 
 // Element-wise: NaN where NaN is expected, else within `tol` relative (and absolute).
@@ -56,7 +57,7 @@ void expect_values(const Tensor& got, const std::vector<double>& want, double to
 TEST(EdgeCases, OnlineSoftmaxSkipsAMaskedLeadingBlock) {
   Tensor x = tensor_of({-kInf, -kInf, -kInf, -kInf, 0, 0, 0, 0}, {1, 8});
   for (int64_t b : {4, 2, 8}) {
-    Outputs r = run("softmax_two_pass", {x}, {{"block_t1", b}, {"block_t2", b}});
+    Outputs r = run("softmax_two_pass", {x}, {{"block_n", b}, {"block_n_out", b}});
     expect_values(r[0], {0, 0, 0, 0, .25, .25, .25, .25}, 1e-7, fmt::format("column blocks of {}", b));
   }
 }
@@ -72,7 +73,7 @@ TEST(EdgeCases, FlashAttentionSkipsAMaskedLeadingKeyBlock) {
     v.set(i, double(i));
   }
   for (const char* kernel : {"attention", "attention_causal"}) {
-    Outputs r = run(kernel, {q, k, v}, {{"block_t3", 4}, {"block_t2", 4}});
+    Outputs r = run(kernel, {q, k, v}, {{"block_kv", 4}, {"block_q", 4}});
     std::vector<double> want(size_t(s * d));
     for (int64_t i = 0; i < s; ++i)
       for (int64_t c = 0; c < d; ++c) {
@@ -101,7 +102,8 @@ TEST(EdgeCases, LayerNormSendsAConstantRowToTheBias) {
         }
         std::vector<Arg> args = std::string(kernel) == "welford" ? std::vector<Arg>{w, b, x}
                                                                    : std::vector<Arg>{x, w, b, 1e-5};
-        Outputs r = run(kernel, args, {{"block_t1", 128}, {"block_t2", 128}});
+        Outputs r = run(kernel, args, std::string(kernel) == "welford" ? std::map<std::string, int64_t>{{"block_n", 128}, {"block_n_out", 128}}
+                                                                     : std::map<std::string, int64_t>{});
         std::vector<double> want;
         for (int64_t i = 0; i < 2 * n; ++i) want.push_back(b.get(i % n));
         expect_values(r[0], want, 0, fmt::format("{}: rows of {} x {}", kernel, n, c));
@@ -138,7 +140,7 @@ TEST(EdgeCases, CrossEntropyIgnoresRowsLabelledIgnoreIndex) {
       total += std::log(sum) + mx - logits.get(i * v + label);
       ++count;
     }
-    Outputs r = run("cross_entropy", {logits, labels, ignore}, {{"block_t0", 8}});
+    Outputs r = run("cross_entropy", {logits, labels, ignore}, {{"block_rows", 8}});
     EXPECT_NEAR(r[0].get(0), total / double(count), 1e-5) << "ignore_index " << ignore;
     // Any other label outside the classes still fails, as a gather does.
     labels.set(1, ignore == 4 ? -100 : -1);
@@ -186,12 +188,12 @@ void check_extremes(const std::string& target) {
     mx.push_back(nan ? kNaN : a);
     mn.push_back(nan ? kNaN : b);
   }
-  const std::map<std::string, int64_t> blocks = {{"block_t0", 8}, {"block_t1", 128}};
-  auto r = driver::run(row_extremes, {x}, target, fit(row_extremes, {x}, blocks));
+  const std::map<std::string, int64_t> blocks = {{"block_t0", 8}};
+  auto r = api::run(row_extremes, {x}, target, fit(row_extremes, {x}, blocks));
   expect_values(r.outputs[0], mx, 0, target + " amax");
   expect_values(r.outputs[1], mn, 0, target + " amin");
   if (target == "cpu") {
-    auto c = driver::run(column_extremes, {x}, target, fit(column_extremes, {x}, {{"block_t0", 8}}));
+    auto c = api::run(column_extremes, {x}, target, fit(column_extremes, {x}, {{"block_t0", 8}}));
     expect_values(c.outputs[0], cmx, 0, target + " column amax");
   }
 }
@@ -235,7 +237,7 @@ TEST(EdgeCases, MeanAndVarAreSound) {
   std::vector<double> flat;
   for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
   Tensor x = tensor_of(flat, {int64_t(rows.size()), n});
-  auto r = driver::run(moments, {x}, "cpu", fit(moments, {x}, {{"block_t0", 2}}));
+  auto r = api::run(moments, {x}, "cpu", fit(moments, {x}, {{"block_t0", 2}}));
   std::vector<double> mean, var, biased, block_mean;
   for (const auto& row : rows) {
     double s = 0, ss = 0;
@@ -394,7 +396,7 @@ TEST_P(EdgeCaseSuite, MatchesTheFloat64Reference) {
     ASSERT_EQ(configs.size(), 2u) << "no small-block config fits";
   }
   for (const config::Config& cfg : configs) {
-    Outputs got = driver::run(*e.kernel, args, c.target, cfg).outputs;
+    Outputs got = api::run(*e.kernel, args, c.target, cfg).outputs;
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) {
       Tolerance tol = examples::tolerance_for(e, DType::f32);

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "api/api.h"
 #include "catalogue.h"
 #include "deuteron/deuteron.h"
 #include "driver/driver.h"
@@ -45,7 +46,7 @@ TEST(Exact, KernelsFromOneFactoryLineRunTheirOwnCode) {
       EXPECT_EQ(c.get(i), float(x.get(i) * 2.0)) << i;
     }
     // Through the driver (what the CLI and the tuner use) as well.
-    auto r = driver::run(thrice, {x}, "cpu", config::Config());
+    auto r = api::run(thrice, {x}, "cpu", config::Config());
     EXPECT_EQ(r.outputs[0].get(0), float(x.get(0) * 3.0));
   }
 }
@@ -259,7 +260,7 @@ TEST(Exact, ScatterAddAtGatheredIndices) {
     for (int threads : {1, 2}) {
       config::Config cfg;
       cfg.set("num_threads", threads);
-      auto r = driver::run(bins, {x, idx}, "cpu", cfg);
+      auto r = api::run(bins, {x, idx}, "cpu", cfg);
       std::vector<double> want(4, 0.0);
       std::vector<int64_t> count(4, 0);
       for (int64_t i = 0; i < n; ++i) {
@@ -321,11 +322,11 @@ TEST(Exact, AtomicAddSumsAreTheSameOnEveryRun) {
     std::vector<Arg> args = e.inputs({2048, 1000}, DType::f32, 3);
     config::Config cfg;
     cfg.set("num_threads", 2);
-    cfg.set("block_t0", 8);
-    auto first = driver::run(*e.kernel, args, "cpu", cfg);
+    cfg.set("block_rows", 8);
+    auto first = api::run(*e.kernel, args, "cpu", cfg);
     std::vector<std::string> want = output_bytes(first.outputs);
     int differing = 0;
-    for (int run = 0; run < 20; ++run) differing += output_bytes(driver::run(*e.kernel, args, "cpu", cfg).outputs) != want;
+    for (int run = 0; run < 20; ++run) differing += output_bytes(api::run(*e.kernel, args, "cpu", cfg).outputs) != want;
     EXPECT_EQ(differing, 0) << name << ": runs whose outputs differ from the first";
     auto s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), "cpu");
     std::string code = s.backend->emit(driver::lower(s, cfg));

@@ -415,7 +415,7 @@ TEST_F(PallasTarget, Int64ValuesThatFitInt32Run) {
   require_python();
   if (HasFatalFailure()) return;
   Tensor x = Tensor::rand({130}, DType::f32, 3);
-  driver::RunResult r = driver::run(index_plus, {x}, "pallas");
+  api::RunResult r = api::run(index_plus, {x}, "pallas");
   for (int64_t i = 0; i < 130; ++i) EXPECT_EQ(r.outputs[0].get(i), float(float(i * 65536 + 7) + float(x.get(i)))) << i;
 }
 
@@ -443,7 +443,7 @@ TEST_F(PallasTarget, Int64ScalarsOutsideInt32AreRejected) {
   });
   std::vector<Arg> args = {Tensor::zeros({8}, DType::f32), int64_t(3000000000LL)};
   try {
-    driver::run(k, args, "pallas");
+    api::run(k, args, "pallas");
     FAIL() << "3000000000 was passed as an int32";
   } catch (const ArgumentError& e) {
     EXPECT_TRUE(contains(e.message(), "3000000000")) << e.what();
