@@ -206,17 +206,26 @@ _register(Spec(
 # ---- cross_entropy (examples/cross_entropy.cpp) -------------------------------------------
 
 
-def _ce_jax(logits, labels):
+def _ce_inputs(s):
+    labels = rand([s[0]], "int64", SEED + 1, 0.0, float(s[1]))
+    labels[5::7] = -100  # padding rows, ignored (the catalogue's inputs do the same)
+    return [rand(s, "float32", SEED, -4.0, 4.0), labels, -100]
+
+
+def _ce_jax(logits, labels, ignore_index):
     jnp, jax = _jnp(), _jax()
+    used = labels != ignore_index
     lse = jax.nn.logsumexp(logits, axis=-1)
-    picked = jnp.take_along_axis(logits, labels[:, None].astype(jnp.int32), axis=-1)[:, 0]
-    return (jnp.mean(lse - picked).reshape(1),)
+    safe = jnp.where(used, labels, 0).astype(jnp.int32)
+    picked = jnp.take_along_axis(logits, safe[:, None], axis=-1)[:, 0]
+    return ((jnp.sum(jnp.where(used, lse - picked, 0.0)) / jnp.sum(used)).reshape(1),)
 
 
 _register(Spec(
     name="cross_entropy",
-    inputs=lambda s: [rand(s, "float32", SEED, -4.0, 4.0), rand([s[0]], "int64", SEED + 1, 0.0, float(s[1]))],
-    torch=lambda logits, labels: (_F().cross_entropy(logits, labels).reshape(1),),
+    inputs=_ce_inputs,
+    torch=lambda logits, labels, ignore_index: (
+        _F().cross_entropy(logits, labels, ignore_index=ignore_index).reshape(1),),
     jax=_ce_jax,
     rtol=1e-4, atol=1e-4,
     note="JAX runs without x64, so its labels are int32 (V = 32000 fits)",

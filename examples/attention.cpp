@@ -29,9 +29,12 @@ hl::Tensor flash_attention(hl::Tensor q, hl::Tensor k, hl::Tensor v) {
       if constexpr (Causal)  // keys after the query: only in the diagonal block
         qk = hl::where(tkv.index().unsqueeze(0) > tq.index().unsqueeze(1), -INFINITY, qk);
       auto m_new = hl::maximum(m_i, qk.amax(3));
-      auto p = hl::exp2(qk - m_new.unsqueeze(3));
+      // While a query has seen only -inf scores (masked keys), exponents are taken against 0:
+      // exp2(-inf - -inf) would be NaN, exp2(-inf - 0) is the 0 wanted.
+      auto shift = hl::where(m_new == -INFINITY, 0.0f, m_new);
+      auto p = hl::exp2(qk - shift.unsqueeze(3));
       auto l_ij = p.sum(3);
-      auto alpha = hl::exp2(m_i - m_new);
+      auto alpha = hl::exp2(m_i - shift);
       l_i = l_i * alpha + l_ij;
       acc = hl::dot(p, v[{tb, th, tkv, hl::all}], acc * alpha.unsqueeze(3));
       m_i = m_new;

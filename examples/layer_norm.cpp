@@ -14,10 +14,10 @@ static const auto layer_norm = deuteron::kernel(
       auto out = hl::empty_like(x);
       for (auto tm : hl::tile(x.size(0), {.name = "rows"})) {
         auto row = x[{tm, hl::all}];
-        // Centre first, then square: more accurate than E[x^2] - E[x]^2.
-        auto centered = row - row.mean(1, true);
-        auto var = (centered * centered).mean(1, true);
-        out[{tm, hl::all}] = centered * hl::rsqrt(var + eps) * weight[hl::all] + bias[hl::all];
+        // The biased variance around a sound mean (exact for a constant row, which then goes
+        // to the bias), centred before squaring.
+        auto [var, mean] = hl::var_mean(row, 1, true, 0);
+        out[{tm, hl::all}] = (row - mean) * hl::rsqrt(var + eps) * weight[hl::all] + bias[hl::all];
       }
       return out;
     },

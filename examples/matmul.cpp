@@ -74,9 +74,8 @@ static const auto matmul_layernorm = deuteron::kernel(
         auto b = bias[hl::all];
         auto acc = hl::zeros({tm, n});
         for (auto tk : hl::tile(k, {.name = "k"})) acc = hl::dot(x[{tm, tk}], y[{tk, hl::all}], acc);
-        auto centered = acc - acc.mean(1, true);
-        auto var = (centered * centered).mean(1, true);
-        out[{tm, hl::all}] = (centered * hl::rsqrt(var + 1e-5) * w + b).to(out.dtype());
+        auto [var, mean] = hl::var_mean(acc, 1, true, 0);  // biased, as layer_norm
+        out[{tm, hl::all}] = ((acc - mean) * hl::rsqrt(var + 1e-5) * w + b).to(out.dtype());
       }
       return out;
     },

@@ -43,7 +43,10 @@ static const auto softmax_two_pass = deuteron::kernel("softmax_two_pass", [](hl:
     for (auto tn : hl::tile(n, {.name = "n"})) {
       auto values = x[{tm, tn}];
       auto local_max = hl::maximum(mi, values.amax(1));
-      di = di * hl::exp(mi - local_max) + hl::exp(values - local_max.unsqueeze(1)).sum(1);
+      // While a row has seen only -inf (a masked prefix), exponents are taken against 0, not
+      // against -inf: exp(-inf - -inf) would be NaN, exp(-inf - 0) is the 0 wanted.
+      auto shift = hl::where(local_max == -INFINITY, 0.0f, local_max);
+      di = di * hl::exp(mi - shift) + hl::exp(values - shift.unsqueeze(1)).sum(1);
       mi = local_max;
     }
     for (auto tn : hl::tile(n, {.name = "n_out"})) {

@@ -31,7 +31,9 @@ static const auto welford = deuteron::kernel(
           auto new_count = count + chunk_count;
           auto delta = chunk_mean - mean;
           mean = mean + delta * (chunk_count / new_count);
-          m2 = m2 + chunk_m2 + delta * delta * (count * chunk_count / new_count);
+          // delta * (delta * w), not delta * delta * w: the first block has w = 0 and a delta
+          // near the f32 limit, whose square alone would be inf (and inf * 0 NaN).
+          m2 = m2 + chunk_m2 + delta * (delta * (count * chunk_count / new_count));
           count = new_count;
         }
         auto rstd = hl::rsqrt(m2 / count + kEps).unsqueeze(1);

@@ -295,7 +295,7 @@ TEST_F(Autotune, CacheKeyIgnoresSourceLinesButNotShapes) {
   EXPECT_NE(ka.id(), autotune::make_key(a, "other hardware").id());
   std::string text = ir::print(a.ir);
   EXPECT_NE(text.find("test_autotune.cpp"), std::string::npos) << "the IR text names source lines";
-  EXPECT_EQ(autotune::source_hash(a.ir).size(), 32u);
+  EXPECT_EQ(ir::fingerprint(a.ir).size(), 32u);
 }
 
 TEST_F(Autotune, CorruptEntriesAreDetected) {
@@ -494,7 +494,52 @@ TEST_F(Autotune, WrongAnswersAreRejectedAgainstTheDefault) {
   ASSERT_NE(x, nullptr);
   EXPECT_EQ(x->status, Candidate::Status::Rejected) << x->reason;
   EXPECT_NE(x->reason.find("default config"), std::string::npos) << x->reason;
+  EXPECT_NE(x->reason.find("beyond |err| <= "), std::string::npos) << "the bound it used: " << x->reason;
   EXPECT_EQ(r.best, s.space.default_config());
+}
+
+// A kernel that runs in microseconds is tuned for seconds, not the effort's minute: the time
+// budget scales with the baseline's time (10^4 calls' worth, at least 5 s).
+TEST_F(Autotune, TimeBudgetScalesWithWhatTuningCanGain) {
+  auto s = specialize(tune_add, add_args(64, 96));
+  forget(tune_add.name());
+  autotune::TuneOptions o = small_options();
+  o.time_budget_s = 0;     // the effort's (quick: 50 s), scaled
+  o.max_candidates = 400;  // more than 5 s of compiling
+  o.write_cache = true;
+  autotune::TuneResult r = autotune::tune(s, o);
+  auto log = read_file(r.log_path);
+  ASSERT_TRUE(log.has_value()) << r.log_path;
+  EXPECT_NE(log->find("time budget of 5 s spent (scaled to the baseline's"), std::string::npos) << *log;
+  forget(tune_add.name());
+}
+
+// The accuracy check's bound widens with the kernel's longest reduction: another summation
+// order of a 4096-wide f32 row sum differs by more than 1e-4 without being wrong.
+TEST_F(Autotune, AccuracyToleranceScalesWithTheReduction) {
+  static const auto row_sums = deuteron::kernel("autotune_test_row_sums", [](hl::Tensor x) {
+    auto out = hl::empty({x.size(0)});
+    for (auto tm : hl::tile(x.size(0))) out[tm] = x[{tm, hl::all}].sum(1);
+    return out;
+  });
+  Tensor x = Tensor::rand({8, 4096}, DType::f32, 3);
+  auto s = specialize(row_sums, {x});
+  EXPECT_EQ(autotune::longest_reduction(s.ir), 4096);
+  Tensor baseline = Tensor::empty({8}, DType::f32);
+  for (int64_t i = 0; i < 8; ++i) baseline.set(i, i == 3 ? 0.01 : 50.0 - double(i));
+  Tolerance tol = autotune::accuracy_tolerance(s.ir, baseline);
+  EXPECT_NEAR(tol.atol, 4 * 64 * 0x1p-24 * 50.0, 1e-12);
+  EXPECT_EQ(tol.rtol, default_tolerance(DType::f32).rtol);
+  // A row sum off by 1e-3 near 0 (cancellation): within the widened bound, not the default one.
+  Tensor got = baseline.to(DType::f32);
+  got.set(3, baseline.get(3) + 5e-4);
+  EXPECT_FALSE(allclose(got, baseline, default_tolerance(DType::f32).rtol, default_tolerance(DType::f32).atol).close);
+  EXPECT_TRUE(allclose(got, baseline, tol.rtol, tol.atol).close);
+  // Elementwise kernels keep the dtype's tolerance, and integers stay exact.
+  auto a = specialize(tune_add, add_args(64, 96));
+  EXPECT_EQ(autotune::longest_reduction(a.ir), 1);
+  EXPECT_EQ(autotune::accuracy_tolerance(a.ir, baseline).atol, default_tolerance(DType::f32).atol);
+  EXPECT_EQ(autotune::accuracy_tolerance(s.ir, Tensor::zeros({8}, DType::i64)).atol, 0.0);
 }
 
 TEST_F(Autotune, ConfigsThatDoNotFitArePrunedBeforeCompiling) {

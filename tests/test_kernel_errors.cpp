@@ -83,6 +83,23 @@ TEST(KernelErrors, PointwiseOpOnBlocksThatDoNotBroadcast) {
   EXPECT_TRUE(mentions(e, "shape mismatch"));
 }
 
+// Shape errors say what the user indexed with (tiles by name, whole dims by their length), not
+// the internal block parameters ("reduce_r0 vs reduce_r1").
+TEST(KernelErrors, ShapeMismatchesNameTheUsersDims) {
+  auto k = deuteron::kernel("mismatch_whole", [](hl::Tensor x, hl::Tensor y) {
+    auto out = hl::empty_like(x);
+    for (auto tm : hl::tile(x.size(0))) {
+      THE_MISTAKE_IS_ON_THE_NEXT_LINE();
+      out[{tm, hl::all}] = x[{tm, hl::all}] + y[{tm, hl::all}];  // 7 columns + 3 columns
+    }
+    return out;
+  });
+  auto e = error_of<KernelError>([&] { k(x57, Tensor::rand({5, 3}, DType::f32, 3)); });
+  EXPECT_TRUE(points_at(e, mistake_line));
+  EXPECT_TRUE(mentions(e, "[t0, 7] and [t0, 3] do not broadcast (a whole dim or slice of 7 vs a whole dim or slice of 3)"));
+  EXPECT_FALSE(mentions(e, "reduce_"));
+}
+
 TEST(KernelErrors, PointwiseMismatchPointsAtTheOpNotTheOperands) {
   auto k = deuteron::kernel("mismatch_split", [](hl::Tensor x, hl::Tensor w) {
     auto out = hl::empty_like(x);
@@ -328,7 +345,7 @@ TEST(KernelErrors, TensorOfTheWrongRank) {
 TEST(KernelErrors, CrossEntropyLabelsOfTheWrongRank) {
   const auto& ce = examples::find("cross_entropy");
   Tensor labels = Tensor::rand({5, 1}, DType::i64, 3, 0, 7);
-  auto e = error_of<ArgumentError>([&] { ce.kernel->run({x57, labels}); });
+  auto e = error_of<ArgumentError>([&] { ce.kernel->run({x57, labels, int64_t(-100)}); });
   EXPECT_TRUE(mentions(e, "cross_entropy.cpp:"));
   EXPECT_TRUE(mentions(e, "labels must be 1-D"));
 }
@@ -337,7 +354,7 @@ TEST(KernelErrors, CrossEntropyLabelsOfTheWrongRank) {
 TEST(KernelErrors, CrossEntropyLabelsOfTheWrongDtype) {
   const auto& ce = examples::find("cross_entropy");
   Tensor labels = Tensor::rand({5}, DType::f32, 3, 0, 7);
-  auto e = error_of<ArgumentError>([&] { ce.kernel->run({x57, labels}); });
+  auto e = error_of<ArgumentError>([&] { ce.kernel->run({x57, labels, int64_t(-100)}); });
   EXPECT_TRUE(mentions(e, "labels must be int64"));
   EXPECT_TRUE(mentions(e, "cross_entropy.cpp:"));
 }
@@ -368,15 +385,15 @@ TEST(KernelErrors, CrossEntropyLabelOutOfRange) {
   for (int64_t bad : {7, 1000, -1}) {
     Tensor labels = Tensor::rand({5}, DType::i64, 4, 0.0, 7.0);
     labels.set(3, double(bad));
-    auto e = error_of<RuntimeError>([&] { api::run(*ce.kernel, {logits, labels}, "cpu", config::Config()); });
+    auto e = error_of<RuntimeError>([&] { api::run(*ce.kernel, {logits, labels, int64_t(-100)}, "cpu", config::Config()); });
     EXPECT_TRUE(mentions(e, fmt::format("index {} is out of range for dim 1", bad)));
     EXPECT_TRUE(mentions(e, "(size 7)"));
     EXPECT_TRUE(mentions(e, "cross_entropy.cpp"));
   }
   // The same compiled kernel runs on with valid labels.
   Tensor labels = Tensor::rand({5}, DType::i64, 4, 0.0, 7.0);
-  auto r = api::run(*ce.kernel, {logits, labels}, "cpu", config::Config());
-  EXPECT_TRUE(allclose(r.outputs[0], ce.reference({logits, labels})[0], 1e-5, 1e-5).close);
+  auto r = api::run(*ce.kernel, {logits, labels, int64_t(-100)}, "cpu", config::Config());
+  EXPECT_TRUE(allclose(r.outputs[0], ce.reference({logits, labels, int64_t(-100)})[0], 1e-5, 1e-5).close);
 }
 
 // ---- mistakes in configs -----------------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include "api/api.h"
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/refine.h"
+#include "config_fit.h"
 #include "deuteron/deuteron.h"
 #include "driver/driver.h"
 
@@ -38,17 +39,7 @@ void expect_2d(const KernelBase& k, const std::vector<Arg>& args, const Fn& want
 
 // A config for kernel `k` at `args`: each named block size clamped to what the space allows.
 config::Config sized(const KernelBase& k, const std::vector<Arg>& args, std::map<std::string, int64_t> want) {
-  auto s = driver::specialize(k, frontend::describe_args(k, args), "cpu");
-  config::Config c;
-  for (const auto& t : s.space.tunables()) {
-    auto it = want.find(t.name);
-    if (it == want.end()) continue;
-    config::Json best = t.values.front();
-    for (const auto& v : t.values)
-      if (v.get<int64_t>() <= it->second) best = v;
-    c.set(t.name, best);
-  }
-  return c;
+  return testing_support::fit(k, args, want);
 }
 
 const std::vector<std::vector<int64_t>> kShapes = {{37, 130}, {1, 1}, {64, 128}, {3, 1000}};

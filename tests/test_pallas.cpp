@@ -22,6 +22,7 @@
 #include "backends/registry.h"
 #include "catalogue.h"
 #include "catalogue_case.h"
+#include "config_fit.h"
 #include "driver/driver.h"
 #include "runtime/disk_cache.h"
 #include "test_support.h"
@@ -35,20 +36,7 @@ namespace fs = std::filesystem;
 
 using testing_support::ScopedEnv;
 
-// A config for `s` with the wanted block sizes, each clamped to the values its space allows
-// (the largest one not above the wish, else the smallest): at [1, 1] every block is 1.
-config::Config fit(const driver::Specialized& s, const std::map<std::string, int64_t>& want) {
-  config::Config c;
-  for (const config::Tunable& t : s.space.tunables()) {
-    auto it = want.find(t.name);
-    if (it == want.end()) continue;
-    config::Json best = t.values.front();
-    for (const config::Json& v : t.values)
-      if (v.is_number_integer() && v.get<int64_t>() <= it->second) best = v;
-    c.set(t.name, best);
-  }
-  return c;
-}
+using testing_support::fit;
 
 driver::Specialized specialize(const KernelBase& k, const std::vector<Arg>& args) {
   return driver::specialize(k, frontend::describe_args(k, args), "pallas");
@@ -354,6 +342,97 @@ TEST_F(PallasTarget, RejectsInnerTileLoopsByName) {
     EXPECT_FALSE(err.where().empty()) << err.what();
   }
   EXPECT_THROW(api::run(*e.kernel, args, "pallas"), CompileError);
+}
+
+// ---- integers: a TPU computes them in 32 bits ----------------------------------------------
+
+// Emits `k` for the pallas target at `args`; the CompileError, if any.
+std::optional<CompileError> pallas_emit_error(const KernelBase& k, const std::vector<Arg>& args) {
+  driver::Specialized s = specialize(k, args);
+  try {
+    s.backend->emit(driver::lower(s, s.space.default_config()));
+  } catch (const CompileError& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+const auto index_times = deuteron::kernel("index_times", [](hl::Tensor x) {
+  auto small = hl::empty_like(x), big = hl::empty_like(x);
+  for (auto t : hl::tile(x.size(0))) {
+    small[t] = (t.index() * 65536 + 7).to(DType::f32) + x[t];        // fits int32 up to 32768 elements
+    big[t] = (t.index() * 65536 * 65536 + 7).to(DType::f32) + x[t];  // needs int64 from the second
+  }
+  return std::make_tuple(small, big);
+});
+const auto plus_constant = deuteron::kernel("plus_constant", [](hl::Tensor x) {
+  auto out = hl::empty_like(x);
+  for (auto t : hl::tile(x.size(0))) out[t] = (t.index() + 3000000000LL).to(DType::f32) + x[t];
+  return out;
+});
+const auto index_plus = deuteron::kernel("index_plus", [](hl::Tensor x) {
+  auto out = hl::empty_like(x);
+  for (auto t : hl::tile(x.size(0))) out[t] = (t.index() * 65536 + 7).to(DType::f32) + x[t];
+  return out;
+});
+
+// Int64 values were narrowed to int32 (wrong by 7e10), and a constant beyond int32 failed
+// inside JAX. Now an int64 value int32 cannot hold is a CompileError naming it and its line;
+// one that provably fits (from the tile extents) runs.
+TEST_F(PallasTarget, Int64ValuesThatInt32CannotHoldAreRejected) {
+  std::vector<Arg> args = {Tensor::zeros({130}, DType::f32)};
+  auto err = pallas_emit_error(index_times, args);
+  ASSERT_TRUE(err) << "int64 values beyond int32 were emitted";
+  EXPECT_TRUE(contains(err->message(), "int64 value")) << err->what();
+  EXPECT_TRUE(contains(err->message(), "mul")) << err->what();
+  EXPECT_TRUE(contains(err->message(), "[0, 554050781184]")) << err->what();
+  EXPECT_TRUE(contains(err->where(), "test_pallas.cpp")) << err->what();
+  err = pallas_emit_error(plus_constant, args);
+  ASSERT_TRUE(err) << "an int64 constant beyond int32 was emitted";
+  EXPECT_TRUE(contains(err->message(), "the int64 constant 3000000000")) << err->what();
+  EXPECT_TRUE(contains(err->where(), "test_pallas.cpp")) << err->what();
+  // One row: t.index() is 0, and 0 * 65536 * 65536 fits.
+  EXPECT_FALSE(pallas_emit_error(index_times, {Tensor::zeros({1}, DType::f32)}));
+}
+
+TEST_F(PallasTarget, Int64ValuesThatFitInt32Run) {
+  require_python();
+  if (HasFatalFailure()) return;
+  Tensor x = Tensor::rand({130}, DType::f32, 3);
+  api::RunResult r = api::run(index_plus, {x}, "pallas");
+  for (int64_t i = 0; i < 130; ++i) EXPECT_EQ(r.outputs[0].get(i), float(float(i * 65536 + 7) + float(x.get(i)))) << i;
+}
+
+// Scatter-add is rejected by name (not as a gather, nor for its int64 indices).
+TEST_F(PallasTarget, RejectsScatterAddByName) {
+  static const auto k = deuteron::kernel("bin_sums", [](hl::Tensor x, hl::Tensor idx) {
+    auto out = hl::zeros({4});
+    for (auto t : hl::tile(x.size(0))) hl::atomic_add(out, {idx[t]}, x[t]);
+    return out;
+  });
+  for (DType idx : {DType::i64, DType::i32}) {
+    auto err = pallas_emit_error(k, {Tensor::zeros({130}, DType::f32), Tensor::zeros({130}, idx)});
+    ASSERT_TRUE(err);
+    EXPECT_TRUE(contains(err->message(), "scatter-add (hl::atomic_add at gathered indices)")) << err->what();
+    EXPECT_TRUE(contains(err->where(), "test_pallas.cpp")) << err->what();
+  }
+}
+
+// An int64 scalar argument reaches the kernel as int32: one it cannot hold is an error.
+TEST_F(PallasTarget, Int64ScalarsOutsideInt32AreRejected) {
+  static const auto k = deuteron::kernel("shift_by", [](hl::Tensor x, hl::Scalar shift) {
+    auto out = hl::empty_like(x);
+    for (auto t : hl::tile(x.size(0))) out[t] = x[t] + shift;
+    return out;
+  });
+  std::vector<Arg> args = {Tensor::zeros({8}, DType::f32), int64_t(3000000000LL)};
+  try {
+    api::run(k, args, "pallas");
+    FAIL() << "3000000000 was passed as an int32";
+  } catch (const ArgumentError& e) {
+    EXPECT_TRUE(contains(e.message(), "3000000000")) << e.what();
+    EXPECT_TRUE(contains(e.message(), "int32")) << e.what();
+  }
 }
 
 // The space's heuristic default is CPU-minded (e.g. 4-row blocks); the target's adjust_default

@@ -16,6 +16,7 @@
 #include <source_location>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -164,14 +165,24 @@ class Tensor {
 // A scalar kernel argument (float or integer), usable in device expressions.
 using Scalar = Tensor;
 
+// A number written in a kernel. Integers stay exact: an int64 such as 6364136223846793005
+// is not rounded to the nearest double.
+struct Number {
+  template <typename T, typename = std::enable_if_t<std::is_arithmetic_v<T>>>
+  Number(T x) : real(double(x)), integer(std::is_integral_v<T> ? int64_t(x) : 0), is_integer(std::is_integral_v<T>) {}
+  double real;
+  int64_t integer;
+  bool is_integer;
+};
+
 // An operand of a pointwise op: a tensor or a number. Taking it by this type lets operators
 // record the user's source location.
 struct Operand {
   template <typename T, typename = std::enable_if_t<std::is_arithmetic_v<T>>>
-  Operand(T number, Loc loc = Loc::current()) : number(double(number)), is_number(true), loc(loc) {}
+  Operand(T x, Loc loc = Loc::current()) : number(x), is_number(true), loc(loc) {}
   Operand(const Tensor& t, Loc loc = Loc::current()) : tensor(t), loc(loc) {}
   Tensor tensor;
-  double number = 0.0;
+  Number number = 0;
   bool is_number = false;
   Loc loc;
 };
@@ -209,7 +220,17 @@ Tensor gelu(const Tensor& x, const char* approximate = "none", Loc loc = Loc::cu
 Tensor abs(const Tensor& x, Loc loc = Loc::current());
 
 Tensor sum(const Tensor& x, int dim, bool keepdim = false, Loc loc = Loc::current());
+// The mean along `dim`, computed soundly for what usually follows it (x - mean): shifted by the
+// max, so it is exact for a constant row, does not overflow for values near the f32 limit, and
+// errs in proportion to the values' spread rather than their size. It costs one more pass than
+// sum(x) / n, which is as accurate where nothing cancels afterwards (a mean of squares).
 Tensor mean(const Tensor& x, int dim, bool keepdim = false, Loc loc = Loc::current());
+// torch.var / torch.var_mean: the variance along `dim` around hl::mean (two passes: centre,
+// then square, never E[x^2] - E[x]^2), divided by n - correction (1: unbiased, 0: biased, as
+// layer norm uses). A constant row has variance exactly 0.
+Tensor var(const Tensor& x, int dim, bool keepdim = false, int64_t correction = 1, Loc loc = Loc::current());
+std::pair<Tensor, Tensor> var_mean(const Tensor& x, int dim, bool keepdim = false, int64_t correction = 1,
+                                   Loc loc = Loc::current());
 Tensor amax(const Tensor& x, int dim, bool keepdim = false, Loc loc = Loc::current());
 Tensor amin(const Tensor& x, int dim, bool keepdim = false, Loc loc = Loc::current());
 
@@ -233,7 +254,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 // Creation. Inside tile loops: a block filled with the value. In host code: an output of the
 // kernel, set to the value before the grid runs (what hl::atomic_add needs).
 Tensor zeros(std::vector<Size> shape, DType dtype = DType::f32, Loc loc = Loc::current());
-Tensor full(std::vector<Size> shape, double value, DType dtype = DType::f32,
+Tensor full(std::vector<Size> shape, Number value, DType dtype = DType::f32,
             Loc loc = Loc::current());
 // The integers [0, n) as a 1-D block of int64.
 Tensor arange(int64_t n, Loc loc = Loc::current());
@@ -245,9 +266,12 @@ Tensor empty_like(const Tensor& t, DType dtype, Loc loc = Loc::current());
 
 // target[index] += value, atomically (Helion's hl.atomic_add, Triton's tl.atomic_add): grid
 // steps may add into the same elements, as a sum over every row into one scalar does. `target`
-// is an f32, int32 or int64 output created with hl::zeros (or hl::full) in host code. On the
-// CPU the order of the additions is not fixed, so float sums may differ in the last bits from
-// run to run; on a TPU (pallas) the adding grid steps run in order on one block in VMEM.
+// is an f32, int32 or int64 output created with hl::zeros (or hl::full) in host code; `index`
+// may gather (`{idx[t]}`: a scatter-add, its indices checked as a gather's are). On the CPU,
+// float adds are by default summed in a fixed order (each thread into its own copy, then the
+// copies in thread order: the same bits on every run of a config), or atomically, whose last
+// bits vary from run to run: see KernelOptions::atomic_add. Integer adds wrap and are exact in
+// any order. On a TPU (pallas) the adding grid steps run in order on one block in VMEM.
 void atomic_add(const Tensor& target, std::initializer_list<Index> index, const Tensor& value,
                 Loc loc = Loc::current());
 

@@ -36,6 +36,12 @@ struct KernelOptions {
   double tune_budget_s = 0;
   // Names of the arguments, for readable generated code and errors (optional).
   std::vector<std::string> arg_names = {};
+  // How hl::atomic_add sums floats on the CPU, as torch.use_deterministic_algorithms chooses:
+  // "ordered": each thread adds into its own copy of the target and the copies are summed in
+  // thread order, so a config gives the same bits on every run; "atomic": atomic adds, whose
+  // order (and last bits) vary from run to run; "auto" (the default): ordered where the copies
+  // take at most 1 MiB per thread. DEUTERON_DETERMINISTIC=1 (ordered) or 0 (atomic) overrides.
+  std::string atomic_add = "auto";
 };
 
 namespace hl::detail {
@@ -61,11 +67,13 @@ class KernelBase {
   Outputs run(const std::vector<Arg>& args) const;
 
  private:
+  struct Runs;  // what run() prepared per specialisation (defined by the driver)
   std::string name_;
   int arity_;
   std::function<void()> trace_;
   KernelOptions options_;
   std::source_location loc_;
+  mutable std::shared_ptr<Runs> runs_;  // shared by copies, which trace the same lambda
 };
 
 namespace detail {

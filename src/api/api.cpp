@@ -44,33 +44,43 @@ RunResult run(const KernelBase& k, const std::vector<Arg>& args, const std::stri
 
 namespace deuteron {
 
+// What calls of one kernel object (and its copies) have prepared, per specialisation key. It
+// lives in the object, not in a table keyed by the kernel's name and line: a factory makes
+// kernels on one line whose lambdas capture different values, and each must run its own code.
+// A repeated call neither traces nor hashes: it finds its executable here.
+struct KernelBase::Runs {
+  struct Prepared {
+    std::shared_ptr<driver::Specialized> specialized;
+    std::shared_ptr<backends::Executable> exe;
+  };
+  std::mutex mutex;
+  std::map<std::string, Prepared> by_key;
+};
+
 Outputs KernelBase::run(const std::vector<Arg>& args) const {
   auto specs = frontend::describe_args(*this, args);
-  // Traces are cheap but not free: keep the specialisations this kernel has seen.
-  static std::mutex m;
-  static std::map<std::string, std::shared_ptr<driver::Specialized>> seen;
-  std::string key = fmt::format("{}@{}:{}|{}", name(), location().file_name(), location().line(),
-                                frontend::specialization_key(specs));
-  std::shared_ptr<driver::Specialized> s;
-  std::shared_ptr<driver::Choice> choice;
-  static std::map<std::string, std::shared_ptr<driver::Choice>> choices;
+  std::string key = frontend::specialization_key(specs);
+  std::shared_ptr<Runs> runs;
   {
+    static std::mutex m;  // guards the first call's creation of runs_
     std::lock_guard<std::mutex> lock(m);
-    if (seen.count(key)) {
-      s = seen[key];
-      choice = choices[key];
-    }
+    if (!runs_) runs_ = std::make_shared<Runs>();
+    runs = runs_;
   }
-  if (!s) {
-    s = std::make_shared<driver::Specialized>(driver::specialize(*this, specs, backends::default_target()));
-    choice = std::make_shared<driver::Choice>(api::choose_config(*s));
-    std::lock_guard<std::mutex> lock(m);
-    seen[key] = s;
-    choices[key] = choice;
+  Runs::Prepared p;
+  {
+    std::lock_guard<std::mutex> lock(runs->mutex);
+    auto it = runs->by_key.find(key);
+    if (it != runs->by_key.end()) p = it->second;
   }
-  auto exe = driver::executable(*s, choice->config);
-  driver::Bound b = driver::bind_args(*s, args);
-  exe->run(b.tensors, b.scalars);
+  if (!p.exe) {
+    p.specialized = std::make_shared<driver::Specialized>(driver::specialize(*this, specs, backends::default_target()));
+    p.exe = driver::executable(*p.specialized, api::choose_config(*p.specialized).config);
+    std::lock_guard<std::mutex> lock(runs->mutex);
+    runs->by_key.emplace(key, p);
+  }
+  driver::Bound b = driver::bind_args(*p.specialized, args);
+  p.exe->run(b.tensors, b.scalars);
   return b.outputs;
 }
 

@@ -10,7 +10,8 @@
 //   running      each candidate in a fresh runner process (process.h says why fresh): crash,
 //                hang (timeout), out of memory are recorded as failures and tuning goes on
 //   accuracy     outputs compared with the reference (when the caller has one) or the default
-//                config's outputs, within default_tolerance(dtype); a mismatch is rejected
+//                config's outputs, within accuracy_tolerance(); a mismatch is rejected, saying
+//                the bound
 //   timing       warm-up, repeated runs, median; compiles are paused (SIGSTOP) while samples
 //                are taken; the top few and the default are re-timed round-robin at the end
 //   cache        cache.h; the tuning process holds a lock file so that two processes tuning
@@ -51,7 +52,7 @@ struct TuneOptions {
   // Expected outputs for `args` (the catalogue's reference). Without it the default config's
   // outputs are the baseline every candidate is checked against.
   std::function<std::vector<Tensor>(const std::vector<Arg>&)> reference;
-  // The tolerance outputs are checked with; empty: default_tolerance(dtype).
+  // The tolerance outputs are checked with; empty: accuracy_tolerance().
   std::function<Tolerance(DType)> tolerance;
   int jobs = 0;  // compile workers; 0: one per core
   double compile_timeout_s = 60;
@@ -113,6 +114,14 @@ bool can_tune(const std::string& target);
 // Forgets what this process read from the cache and which corrupt entries it reported (as a
 // new process would). For tests.
 void clear_memory_cache();
+
+// How closely a candidate's output must match the baseline's: default_tolerance(dtype), its
+// absolute part widened to 4 sqrt(n) eps(f32) times the baseline's largest |value| for the
+// kernel's longest reduction or product over n elements (summed in another order, a long f32
+// sum differs in that many low bits; 1e-4 rejected correct configs of a 4096-wide row sum).
+Tolerance accuracy_tolerance(const ir::Kernel& k, const Tensor& baseline);
+// The number of elements the kernel's longest reduction or dot product adds up (1 if none).
+int64_t longest_reduction(const ir::Kernel& k);
 
 // How a ConfigError message is summarised as a pruning reason ("fast memory over budget").
 std::string prune_reason(const std::string& message);

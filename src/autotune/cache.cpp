@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -53,22 +52,10 @@ fs::path CacheKey::path() const { return dir() / (id() + ".json"); }
 fs::path CacheKey::log_path() const { return dir() / (id() + ".log"); }
 fs::path CacheKey::lock_path() const { return dir() / (id() + ".lock"); }
 
-std::string source_hash(const ir::Kernel& k) {
-  // ir::print ends op lines with "    # file:line"; drop those comments.
-  std::istringstream in(ir::print(k));
-  std::string out;
-  for (std::string line; std::getline(in, line);) {
-    size_t hash = line.find("    # ");
-    if (hash != std::string::npos) line.erase(hash);
-    out += line + "\n";
-  }
-  return hash_hex(out);
-}
-
 CacheKey make_key(const driver::Specialized& s, const std::string& hardware) {
   CacheKey k;
   k.kernel = s.kernel->name();
-  k.source_hash = source_hash(s.ir);
+  k.source_hash = s.ir_hash;
   k.spec_key = s.key;
   k.target = s.backend->name();
   k.hardware = hardware;

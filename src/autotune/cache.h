@@ -20,7 +20,7 @@ namespace deuteron::autotune {
 
 struct CacheKey {
   std::string kernel;       // the kernel's name
-  std::string source_hash;  // hash of the kernel's IR text after the passes (no source lines)
+  std::string source_hash;  // ir::fingerprint of the IR after the passes: moving the kernel keeps it
   std::string spec_key;     // shapes, dtypes, layout of the arguments
   std::string target;
   std::string hardware;     // the harness's fingerprint
@@ -35,9 +35,6 @@ struct CacheKey {
 };
 
 CacheKey make_key(const driver::Specialized& s, const std::string& hardware);
-// The IR's text without its source locations, hashed: editing the kernel changes it, moving
-// it in its file does not.
-std::string source_hash(const ir::Kernel& k);
 
 struct CacheEntry {
   CacheKey key;

@@ -327,6 +327,7 @@ class Tuner {
   void finish_runner();
   void finish_candidate(int e, Candidate::Status st, const std::string& reason);
   std::string check_outputs();
+  void scale_time_budget();
   // Compiles pause while samples are taken.
   void pause_compiles(int keep);
   void resume_compiles();
@@ -363,6 +364,7 @@ class Tuner {
   bool strategy_done_ = false, stopped_ = false, first_compile_done_ = false;
   int started_ = 0;  // candidates sent to compile
   std::string stop_reason_;
+  std::string budget_scaled_;  // why the time budget is below the effort's
 
   // Accuracy baseline.
   std::vector<Tensor> expected_;
@@ -458,7 +460,7 @@ void Tuner::propose() {
       return;
     }
     if (elapsed() >= budget_.time_s) {
-      stop_reason_ = fmt::format("time budget of {:.0f} s spent", budget_.time_s);
+      stop_reason_ = fmt::format("time budget of {:.0f} s spent{}", budget_.time_s, budget_scaled_);
       stopped_ = true;
       kill_compiles("skipped: the time budget ran out while it compiled");
       return;
@@ -633,12 +635,14 @@ std::string Tuner::check_outputs() {
   }
   for (size_t i = 0; i < s_.ir.outputs.size() && i < expected_.size(); ++i) {
     const Tensor& got = slots[size_t(s_.ir.outputs[i])].view;
-    Tolerance tol = o_.tolerance ? o_.tolerance(got.dtype()) : default_tolerance(got.dtype());
+    Tolerance tol = o_.tolerance ? o_.tolerance(got.dtype()) : accuracy_tolerance(s_.ir, expected_[i]);
     CloseResult c = allclose(got, expected_[i], tol.rtol, tol.atol);
     if (!c.close)
       return fmt::format("wrong answer: output {} differs from the {} at {} of {} elements "
-                         "(max abs error {:.3g} at flat index {})",
-                         i, baseline_from_, c.num_bad, got.numel(), c.max_abs_err, c.worst_index);
+                         "(max abs error {:.3g} at flat index {}), beyond |err| <= {:.3g} + {:.3g} |want| ({}, "
+                         "reductions over up to {} elements)",
+                         i, baseline_from_, c.num_bad, got.numel(), c.max_abs_err, c.worst_index, tol.atol, tol.rtol,
+                         dtype_name(got.dtype()), longest_reduction(s_.ir));
   }
   return "";
 }
@@ -698,9 +702,26 @@ void Tuner::finish_runner() {
     finish_candidate(id, Candidate::Status::Rejected, wrong);
     return;
   }
-  if (base_time_ <= 0) base_time_ = e.c.median_s;
+  if (base_time_ <= 0) {
+    base_time_ = e.c.median_s;
+    scale_time_budget();
+  }
   if (best_time_ <= 0 || e.c.median_s < best_time_) best_time_ = e.c.median_s;
   finish_candidate(id, Candidate::Status::Ok, "");
+}
+
+// Tuning pays back over calls: a kernel that runs in microseconds cannot win back a minute of
+// search. Once the baseline's time is known, the search may take what 10^4 calls of it take,
+// and at least 5 s, unless the caller set a time budget.
+void Tuner::scale_time_budget() {
+  constexpr double kCalls = 1e4, kMinSeconds = 5;
+  double worth = std::max(kMinSeconds, kCalls * base_time_);
+  if (o_.time_budget_s > 0 || worth >= budget_.time_s) return;
+  budget_.time_s = worth;
+  budget_scaled_ = fmt::format(" (scaled to the baseline's {:.3g} ms a call)", base_time_ * 1e3);
+  progress_->message(fmt::format("the baseline runs in {:.3g} ms: tuning for at most {:.0f} s (what 10^4 calls take, "
+                                 "at least 5 s)",
+                                 base_time_ * 1e3, budget_.time_s));
 }
 
 void Tuner::finish_candidate(int id, Candidate::Status st, const std::string& reason) {
@@ -941,7 +962,8 @@ TuneResult Tuner::run() {
   so.seed = o_.seed;
   so.budget = budget_.max_candidates;
   strategy_ = make_strategy(search_, s_.space, so);
-  progress_->start(fmt::format("tuning {} for {} on {}: {} search, effort {} ({} configs, {} compile jobs)",
+  progress_->start(fmt::format("tuning {} for {} on {}: {} search, effort {} ({} configs, {} compile jobs; "
+                               "DEUTERON_AUTOTUNE_EFFORT=none uses the default config, =full searches longer)",
                                key_.kernel, key_.spec_key, key_.target, search_, o_.effort, s_.space.size(), jobs_));
   if (int n = int(std::count(seed_origin.begin(), seed_origin.end(), "warm start")); n > 0)
     progress_->message(fmt::format("warm start from {} cached config(s) of other shapes", n));
@@ -1062,6 +1084,27 @@ TuneResult from_entry(const CacheEntry& e) {
 }
 
 }  // namespace
+
+int64_t longest_reduction(const ir::Kernel& k) {
+  int64_t n = 1;
+  auto extent = [&](int axis) { return axis == ir::kOne ? int64_t(1) : k.axes[size_t(axis)].extent; };
+  for (const ir::Op& op : k.ops) {
+    if (op.kind == ir::OpKind::Reduce) n = std::max(n, extent(k.value(op.inputs[0]).dims[size_t(op.dim)]));
+    if (op.kind == ir::OpKind::Dot) n = std::max(n, extent(k.value(op.inputs[0]).dims.back()));
+  }
+  return n;
+}
+
+Tolerance accuracy_tolerance(const ir::Kernel& k, const Tensor& baseline) {
+  Tolerance tol = default_tolerance(baseline.dtype());
+  int64_t n = longest_reduction(k);
+  if (!is_floating(baseline.dtype()) || n == 1) return tol;
+  double scale = 0;
+  for (int64_t i = 0; i < baseline.numel(); ++i)
+    if (double v = std::abs(baseline.get(i)); std::isfinite(v)) scale = std::max(scale, v);
+  tol.atol = std::max(tol.atol, 4 * std::sqrt(double(n)) * 0x1p-24 * scale);
+  return tol;
+}
 
 TuneResult tune(const driver::Specialized& s, const TuneOptions& options) {
   TuneOptions o = options;

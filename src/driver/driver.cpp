@@ -70,6 +70,7 @@ Specialized specialize(const KernelBase& k, const std::vector<frontend::ArgSpec>
                       e.where(), e.hint());
   }
   passes::run_all(s.ir);
+  s.ir_hash = ir::fingerprint(s.ir);
   s.space = config::ConfigSpace::derive(s.ir, s.limits);
   s.backend->extend_space(s.ir, s.limits, s.space);
   fit_default(s);
@@ -123,6 +124,12 @@ Bound bind_args(const Specialized& s, const std::vector<Arg>& args) {
   }
   for (const ir::ScalarParam& sp : s.ir.scalars) {
     const Arg& a = args.at(size_t(sp.arg_index));
+    // Scalars reach the executable as doubles: an integer beyond 2^53 would arrive rounded.
+    if (auto* i = std::get_if<int64_t>(&a); i && (*i > (int64_t(1) << 53) || *i < -(int64_t(1) << 53)))
+      throw ArgumentError(fmt::format("kernel '{}': the integer scalar argument '{}' = {} is beyond 2^53, which "
+                                      "scalar arguments cannot carry exactly",
+                                      s.kernel->name(), sp.name, *i),
+                          format_location(s.kernel->location()), "pass it in a one-element int64 tensor instead");
     b.scalars.push_back(std::holds_alternative<double>(a) ? std::get<double>(a)
                                                           : double(std::get<int64_t>(a)));
   }
@@ -132,8 +139,7 @@ Bound bind_args(const Specialized& s, const std::vector<Arg>& args) {
 
 std::shared_ptr<backends::Executable> executable(const Specialized& s, const config::Config& c) {
   static std::map<std::string, std::shared_ptr<backends::Executable>> cache;
-  std::string key = fmt::format("{}@{}:{}|{}|{}|{}", s.kernel->name(), s.kernel->location().file_name(),
-                                s.kernel->location().line(), s.key, s.backend->name(), c.dump());
+  std::string key = fmt::format("{}|{}|{}|{}", s.ir_hash, s.key, s.backend->name(), c.dump());
   {
     std::lock_guard<std::mutex> lock(cache_mutex());
     auto it = cache.find(key);

@@ -26,6 +26,7 @@ struct Specialized {
   std::vector<frontend::ArgSpec> args;
   std::string key;  // specialisation key (shapes, dtypes, layout)
   ir::Kernel ir;  // after the passes
+  std::string ir_hash;  // ir::fingerprint(ir): what was traced, for the caches
   config::ConfigSpace space;
   const backends::Backend* backend = nullptr;
   config::TargetLimits limits;  // the target's, unless the caller pinned them
@@ -59,7 +60,9 @@ struct Bound {
 };
 Bound bind_args(const Specialized& s, const std::vector<Arg>& args);
 
-// The compiled kernel for a specialisation and config, cached in memory for the process.
+// The compiled kernel for a specialisation and config, cached in memory for the process by
+// what was traced (the IR hash), never by the kernel's name or line: a factory's kernels share
+// both but not their code.
 std::shared_ptr<backends::Executable> executable(const Specialized& s, const config::Config& c);
 
 }  // namespace deuteron::driver

@@ -1,5 +1,7 @@
 #include "frontend/frontend.h"
 
+#include <cstdlib>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -76,7 +78,34 @@ ir::Kernel trace(const KernelBase& k, const std::vector<ArgSpec>& args) {
     ~Restore() { g_args = saved; }
   } restore{saved};
   k.trace_body();
-  return tracer.finish();
+  ir::Kernel ir = tracer.finish();
+  ir.ordered_adds = ordered_adds(k, ir);
+  return ir;
+}
+
+bool ordered_adds(const KernelBase& k, const ir::Kernel& ir) {
+  std::string mode = k.options().atomic_add;
+  if (const char* d = std::getenv("DEUTERON_DETERMINISTIC")) {
+    if (std::string(d) != "0" && std::string(d) != "1")
+      throw ArgumentError(fmt::format("DEUTERON_DETERMINISTIC='{}'", d), "",
+                          "set it to 1 (atomic adds in a fixed order) or 0 (atomic), or unset it");
+    mode = std::string(d) == "1" ? "ordered" : "atomic";
+  }
+  if (mode != "auto" && mode != "ordered" && mode != "atomic")
+    throw ArgumentError(fmt::format("kernel '{}': unknown atomic_add option '{}'", k.name(), mode),
+                        format_location(k.location()), "use \"auto\", \"ordered\" or \"atomic\"");
+  if (mode != "auto") return mode == "ordered";
+  // Each thread keeps a copy of every float target: cheap while those stay small.
+  int64_t bytes = 0;
+  std::vector<bool> counted(ir.tensors.size(), false);
+  for (const ir::Op& op : ir.ops)
+    if (op.atomic_add && is_floating(ir.tensors[size_t(op.tensor)].dtype) && !counted[size_t(op.tensor)]) {
+      counted[size_t(op.tensor)] = true;
+      int64_t n = 1;
+      for (int64_t d : ir.tensors[size_t(op.tensor)].shape) n *= d;
+      bytes += n * 4;
+    }
+  return bytes <= (int64_t(1) << 20);
 }
 
 }  // namespace deuteron::frontend

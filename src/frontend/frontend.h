@@ -13,6 +13,9 @@ namespace deuteron::frontend {
 std::vector<ArgSpec> describe_args(const KernelBase& k, const std::vector<Arg>& args);
 // Runs the kernel's lambda on symbolic arguments and returns the recorded IR (unoptimised).
 ir::Kernel trace(const KernelBase& k, const std::vector<ArgSpec>& args);
+// Whether the kernel's float hl::atomic_adds are summed in a fixed order (ir::Kernel::
+// ordered_adds), from its options and DEUTERON_DETERMINISTIC; throws ArgumentError on bad ones.
+bool ordered_adds(const KernelBase& k, const ir::Kernel& ir);
 // A stable string naming the specialisation: shapes, dtypes and layout of every argument.
 std::string specialization_key(const std::vector<ArgSpec>& args);
 

@@ -1,4 +1,6 @@
 // The tile language's operations: each records itself into the current trace.
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "deuteron/hl.h"
@@ -310,20 +312,50 @@ Tensor amax(const Tensor& x, int d, bool keepdim, Loc loc) {
 Tensor amin(const Tensor& x, int d, bool keepdim, Loc loc) {
   return red(ir::ReduceFn::Min, x, d, keepdim, loc);
 }
-Tensor mean(const Tensor& x, int d, bool keepdim, Loc loc) {
-  auto& tr = Tracer::current(loc);
-  auto dims = dims_of_value(tr, x, loc, "mean");
-  int nd = norm_dim(tr, d, int(dims.size()), loc);
-  Tensor total = sum(x, d, keepdim, loc);
-  int axis = dims[size_t(nd)];
-  if (axis == ir::kOne) return total;
+namespace {
+// The number of elements a reduction over block dim `d` of `x` sees, as an f32 scalar: the
+// extent of a whole dim, or a tile's count of valid elements (its last block may be partial).
+Tensor reduced_count(Tracer& tr, const Tensor& x, int d, const Loc& loc) {
+  auto dims = dims_of_value(tr, x, loc, "a mean");
+  int axis = dims[size_t(norm_dim(tr, d, int(dims.size()), loc))];
+  if (axis == ir::kOne) return full({}, 1.0, DType::f32, loc);
   const ir::Axis& ax = tr.kernel().axes[size_t(axis)];
-  if (ax.kind != ir::AxisKind::Tile) return Operand(total, loc) * Operand(1.0 / double(ax.extent), loc);
-  // A tiled dim: divide by the number of valid elements in this block.
+  if (ax.kind != ir::AxisKind::Tile) return full({}, double(ax.extent), DType::f32, loc);
   hl::Tile t;
   TileAccess::set(t, axis, ax.loop, 0);
-  Tensor count = Operand(t.end(loc), loc) - Operand(t.begin(loc), loc);
-  return Operand(total, loc) / Operand(count.to(DType::f32, loc), loc);
+  return (Operand(t.end(loc), loc) - Operand(t.begin(loc), loc)).to(DType::f32, loc);
+}
+}  // namespace
+
+Tensor mean(const Tensor& x, int d, bool keepdim, Loc loc) {
+  auto& tr = Tracer::current(loc);
+  Tensor inv = Operand(1.0, loc) / Operand(reduced_count(tr, x, d, loc), loc);
+  if (!is_floating(x.dtype())) return Operand(sum(x, d, keepdim, loc), loc) * Operand(inv, loc);
+  // Shifted by the max p: mean = p + sum((x - p) / n). Exact for a constant row (x - p is 0),
+  // no overflow near the f32 limit (no term exceeds the values' spread / n), and a rounding
+  // error that scales with the spread, not the magnitude, as the plain sum's does. Where p is
+  // not finite (an inf or NaN in the row) the shift is 0: the plain mean, inf, -inf or NaN.
+  Tensor p = amax(x, d, true, loc);
+  Tensor finite = Operand(abs(p, loc), loc) < Operand(INFINITY, loc);
+  Tensor shift = where(Operand(finite, loc), Operand(p, loc), Operand(0.0, loc));
+  Tensor deviation = Operand(x, loc) - Operand(shift, loc);
+  Tensor m = Operand(shift, loc) + Operand(sum(Operand(deviation, loc) * Operand(inv, loc), d, true, loc), loc);
+  return keepdim ? m : m.squeeze(d, loc);
+}
+
+std::pair<Tensor, Tensor> var_mean(const Tensor& x, int d, bool keepdim, int64_t correction, Loc loc) {
+  auto& tr = Tracer::current(loc);
+  Tensor dof = Operand(reduced_count(tr, x, d, loc), loc) - Operand(double(correction), loc);
+  Tensor mu = mean(x, d, true, loc);
+  // x - mu traced twice, not once and squared: each has one use, so the plan computes them in
+  // the sum's loop instead of storing a centred copy of the block.
+  Tensor square = Operand(Operand(x, loc) - Operand(mu, loc), loc) * Operand(Operand(x, loc) - Operand(mu, loc), loc);
+  Tensor var = Operand(sum(square, d, true, loc), loc) / Operand(dof, loc);
+  if (keepdim) return {var, mu};
+  return {var.squeeze(d, loc), mu.squeeze(d, loc)};
+}
+Tensor var(const Tensor& x, int d, bool keepdim, int64_t correction, Loc loc) {
+  return var_mean(x, d, keepdim, correction, loc).first;
 }
 
 Tensor dot(const Tensor& a, const Tensor& b, Loc loc) {
@@ -337,8 +369,8 @@ Tensor dot(const Tensor& a, const Tensor& b, const Tensor& acc, Loc loc) {
 Tensor addmm(const Tensor& acc, const Tensor& a, const Tensor& b, Loc loc) { return dot(a, b, acc, loc); }
 Tensor matmul(const Tensor& a, const Tensor& b, Loc loc) { return dot(a, b, loc); }
 
-Tensor zeros(std::vector<Size> shape, DType dtype, Loc loc) { return full(std::move(shape), 0.0, dtype, loc); }
-Tensor full(std::vector<Size> shape, double value, DType dtype, Loc loc) {
+Tensor zeros(std::vector<Size> shape, DType dtype, Loc loc) { return full(std::move(shape), 0, dtype, loc); }
+Tensor full(std::vector<Size> shape, Number value, DType dtype, Loc loc) {
   auto& tr = Tracer::current(loc);
   if (tr.in_host_code()) {  // an output, filled before the grid runs
     std::vector<int64_t> sizes;

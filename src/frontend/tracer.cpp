@@ -1,6 +1,7 @@
 #include "frontend/tracer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 
 #include <fmt/format.h>
@@ -104,7 +105,7 @@ std::shared_ptr<Var> Tracer::scalar_arg(const ArgSpec& spec, int arg_index) {
 }
 
 std::shared_ptr<Var> Tracer::new_output(std::vector<int64_t> shape, DType dtype, const std::source_location& loc,
-                                        std::optional<double> fill) {
+                                        std::optional<hl::Number> fill) {
   if (!open_loops_.empty())
     fail("outputs must be allocated in host code, outside the tile loops", loc,
          "move hl::empty/hl::empty_like before the outermost hl::tile loop");
@@ -117,7 +118,7 @@ std::shared_ptr<Var> Tracer::new_output(std::vector<int64_t> shape, DType dtype,
   t.role = ir::HostRole::Output;
   t.dtype = dtype;
   t.shape = shape;
-  t.fill = fill;
+  if (fill) t.fill = constant(*fill, compute_dtype(dtype), loc);
   t.strides.assign(shape.size(), 1);
   for (int i = int(shape.size()) - 2; i >= 0; --i)
     t.strides[size_t(i)] = t.strides[size_t(i) + 1] * std::max<int64_t>(shape[size_t(i) + 1], 1);
@@ -269,17 +270,25 @@ std::vector<int> Tracer::broadcast_dims(const std::vector<int>& a, const std::ve
     if (da == db || db == ir::kOne) d = da;
     else if (da == ir::kOne) d = db;
     else {
-      auto show = [&](const std::vector<int>& dims) {
-        std::vector<std::string> s;
-        for (int x : dims) s.push_back(ir::dim_name(k_, x));
-        return fmt::format("[{}]", fmt::join(s, ", "));
-      };
-      fail(fmt::format("shape mismatch in {}: {} and {} do not broadcast ({} vs {})", what,
-                       show(a), show(b), ir::dim_name(k_, da), ir::dim_name(k_, db)),
+      fail(fmt::format("shape mismatch in {}: {} and {} do not broadcast ({} vs {})", what, shape_text(a),
+                       shape_text(b), dim_text(da, true), dim_text(db, true)),
            loc, "operands must be indexed by the same tiles (or have size-one dims)");
     }
   }
   return out;
+}
+
+std::string Tracer::dim_text(int d, bool spelled) const {
+  if (d == ir::kOne) return spelled ? "a dim of size one" : "1";
+  const ir::Axis& ax = k_.axes[size_t(d)];
+  if (ax.kind == ir::AxisKind::Tile) return spelled ? fmt::format("tile {}", ax.name) : ax.name;
+  return spelled ? fmt::format("a whole dim or slice of {}", ax.extent) : fmt::format("{}", ax.extent);
+}
+
+std::string Tracer::shape_text(const std::vector<int>& dims) const {
+  std::vector<std::string> s;
+  for (int d : dims) s.push_back(dim_text(d));
+  return fmt::format("[{}]", fmt::join(s, ", "));
 }
 
 int Tracer::axis_for(ir::AxisKind kind, int64_t extent, const std::string& prefix) {
@@ -439,14 +448,10 @@ void Tracer::store_indexed(Var& target, const Var& value, const std::source_loca
   ir::Op load = k_.ops[size_t(target.load_op)];
   const std::vector<int>& block = k_.value(load.result).dims;
   std::vector<int> vd = k_.value(v).dims;
-  if (vd.size() > block.size() || broadcast_dims(vd, block, loc, "a store") != block) {
-    std::vector<std::string> a, b;
-    for (int x : vd) a.push_back(ir::dim_name(k_, x));
-    for (int x : block) b.push_back(ir::dim_name(k_, x));
-    fail(fmt::format("storing a block of shape [{}] into '{}' whose indexed block has shape [{}]",
-                     fmt::join(a, ", "), ht.name, fmt::join(b, ", ")),
+  if (vd.size() > block.size() || broadcast_dims(vd, block, loc, "a store") != block)
+    fail(fmt::format("storing a block of shape {} into '{}' whose indexed block has shape {}", shape_text(vd),
+                     ht.name, shape_text(block)),
          loc, "the stored value must have (or broadcast to) the shape of the indexed block");
-  }
   // The read made by `out[index]` is not needed: drop it from the body.
   auto& stmts = body();
   for (auto it = stmts.rbegin(); it != stmts.rend(); ++it)
@@ -468,30 +473,50 @@ void Tracer::store_indexed(Var& target, const Var& value, const std::source_loca
   target.indexed = false;
 }
 
+ir::Constant Tracer::constant(const hl::Number& n, DType dt, const std::source_location& loc) const {
+  ir::Constant c;
+  if (is_floating(dt)) {
+    c.real = n.real;
+    return c;
+  }
+  // Integers and booleans are exact, and must fit their dtype (as torch requires).
+  bool fits = n.is_integer || (std::isfinite(n.real) && n.real == std::trunc(n.real) && std::abs(n.real) < 0x1p63);
+  int64_t v = n.is_integer ? n.integer : fits ? int64_t(n.real) : 0;
+  int64_t lo = dt == DType::i32 ? INT32_MIN : dt == DType::boolean ? 0 : INT64_MIN;
+  int64_t hi = dt == DType::i32 ? INT32_MAX : dt == DType::boolean ? 1 : INT64_MAX;
+  if (!fits || v < lo || v > hi)
+    fail(fmt::format("the constant {} does not fit {}", n.is_integer ? fmt::format("{}", n.integer) : fmt::format("{}", n.real),
+                     dtype_name(dt)),
+         loc, fmt::format("use a value of {}'s range, or convert the other operand with .to() first", dtype_name(dt)));
+  c.integer = v;
+  c.real = double(v);
+  return c;
+}
+
+ir::ValueId Tracer::number(const hl::Number& n, DType other, std::vector<int> dims, const std::source_location& loc) {
+  // A number takes the other operand's dtype, unless it is a float and that is not (then f32),
+  // or a boolean cannot hold it (then int64).
+  bool integral = n.is_integer || (std::isfinite(n.real) && n.real == std::trunc(n.real));
+  DType dt = is_floating(other) || integral ? other : DType::f32;
+  double x = n.is_integer ? double(n.integer) : n.real;
+  if (dt == DType::boolean && !(x == 0 || x == 1)) dt = DType::i64;
+  ir::Op f;
+  f.kind = ir::OpKind::Full;
+  f.number = constant(n, dt, loc);
+  f.loc = loc;
+  return emit(f, dt, std::move(dims), {});
+}
+
 ir::ValueId Tracer::binary(ir::BinaryFn fn, const hl::Operand& a, const hl::Operand& b) {
   const hl::Operand* ops[2] = {&a, &b};
   const std::source_location& loc = a.is_number ? b.loc : a.loc;
   if (a.is_number && b.is_number) fail("a binary op needs at least one tensor operand", loc);
-  // A number takes the other operand's dtype, unless it is a float and the tensor is not.
   const hl::Operand& t = a.is_number ? b : a;
   ir::ValueId tv = use(*t.tensor.var(), loc, ir::name(fn));
   DType tdt = k_.value(tv).dtype;
   ir::ValueId vals[2];
-  for (int i = 0; i < 2; ++i) {
-    if (ops[i]->is_number) {
-      double x = ops[i]->number;
-      bool integral = x == double(int64_t(x));
-      DType dt = is_floating(tdt) || integral ? tdt : DType::f32;
-      if (dt == DType::boolean && !(x == 0 || x == 1)) dt = DType::i64;
-      ir::Op f;
-      f.kind = ir::OpKind::Full;
-      f.number = x;
-      f.loc = loc;
-      vals[i] = emit(f, dt, {}, {});
-    } else {
-      vals[i] = use(*ops[i]->tensor.var(), loc, ir::name(fn));
-    }
-  }
+  for (int i = 0; i < 2; ++i)
+    vals[i] = ops[i]->is_number ? number(ops[i]->number, tdt, {}, loc) : use(*ops[i]->tensor.var(), loc, ir::name(fn));
   const ir::Value& va = k_.value(vals[0]);
   const ir::Value& vb = k_.value(vals[1]);
   std::vector<int> dims = broadcast_dims(va.dims, vb.dims, loc, ir::name(fn));
@@ -524,23 +549,15 @@ ir::ValueId Tracer::where(const hl::Operand& c, const hl::Operand& a, const hl::
   ir::ValueId cv = use(*c.tensor.var(), loc, "where");
   if (k_.value(cv).dtype != DType::boolean)
     fail("where() needs a boolean condition (a comparison)", loc);
-  // Numbers take the dtype of the other branch (or f32).
-  DType other = DType::f32;
+  // Numbers take the dtype of the other branch, as in a binary op; two numbers are int64 when
+  // both are integers (as torch.where gives), else f32.
+  DType other = a.number.is_integer && b.number.is_integer ? DType::i64 : DType::f32;
   if (!a.is_number) other = k_.value(use(*a.tensor.var(), loc, "where")).dtype;
   else if (!b.is_number) other = k_.value(use(*b.tensor.var(), loc, "where")).dtype;
   ir::ValueId vals[2];
   const hl::Operand* ops[2] = {&a, &b};
-  for (int i = 0; i < 2; ++i) {
-    if (ops[i]->is_number) {
-      ir::Op f;
-      f.kind = ir::OpKind::Full;
-      f.number = ops[i]->number;
-      f.loc = loc;
-      vals[i] = emit(f, other, {}, {});
-    } else {
-      vals[i] = use(*ops[i]->tensor.var(), loc, "where");
-    }
-  }
+  for (int i = 0; i < 2; ++i)
+    vals[i] = ops[i]->is_number ? number(ops[i]->number, other, {}, loc) : use(*ops[i]->tensor.var(), loc, "where");
   auto dims = broadcast_dims(k_.value(cv).dims, k_.value(vals[0]).dims, loc, "where");
   dims = broadcast_dims(dims, k_.value(vals[1]).dims, loc, "where");
   DType dt = promote(k_.value(vals[0]).dtype, k_.value(vals[1]).dtype);
@@ -598,11 +615,7 @@ ir::ValueId Tracer::dot(const Var& a, const Var& b, const Var* acc, const std::s
   ir::ValueId vb = use(b, loc, "hl::dot");
   const ir::Value xa = k_.value(va);
   const ir::Value xb = k_.value(vb);
-  auto show = [&](const std::vector<int>& dims) {
-    std::vector<std::string> s;
-    for (int x : dims) s.push_back(ir::dim_name(k_, x));
-    return fmt::format("[{}]", fmt::join(s, ", "));
-  };
+  auto show = [&](const std::vector<int>& dims) { return shape_text(dims); };
   for (const ir::Value* x : {&xa, &xb}) {
     const char* which = x == &xa ? "first" : "second";
     if (x->dims.size() < 2)
@@ -618,7 +631,7 @@ ir::ValueId Tracer::dot(const Var& a, const Var& b, const Var* acc, const std::s
   int ka = xa.dims[ra - 1], kb = xb.dims[rb - 2];
   if (ka != kb)
     fail(fmt::format("hl::dot: contraction dims differ: {} @ {} contracts {} with {}", show(xa.dims),
-                     show(xb.dims), ir::dim_name(k_, ka), ir::dim_name(k_, kb)),
+                     show(xb.dims), dim_text(ka, true), dim_text(kb, true)),
          loc,
          "the last dim of the first operand must be the second-to-last dim of the second, read with "
          "the same tile (or the same whole dim); transpose an operand if needed");
@@ -669,14 +682,14 @@ std::vector<int> Tracer::dims_of(const std::vector<hl::Size>& shape,
   return dims;
 }
 
-ir::ValueId Tracer::full(const std::vector<hl::Size>& shape, double value, DType dtype,
+ir::ValueId Tracer::full(const std::vector<hl::Size>& shape, const hl::Number& value, DType dtype,
                          const std::source_location& loc) {
   if (open_loops_.empty())
     fail("hl::zeros/hl::full create blocks and must be inside a tile loop", loc,
          "use hl::empty for host-side outputs");
   ir::Op op;
   op.kind = ir::OpKind::Full;
-  op.number = value;
+  op.number = constant(value, compute_dtype(dtype), loc);
   op.loc = loc;
   return emit(op, compute_dtype(dtype), dims_of(shape, loc), {});
 }
@@ -702,7 +715,6 @@ ir::ValueId Tracer::arange(int64_t n, const std::source_location& loc) {
   if (n == 1) {
     ir::Op f;
     f.kind = ir::OpKind::Full;
-    f.number = 0;
     f.loc = loc;
     return emit(f, DType::i64, {ir::kOne}, {});
   }
@@ -820,14 +832,10 @@ void Tracer::close_loop(int loop_id) {
     if (next == init) continue;
     const ir::Value iv = k_.value(init);
     const ir::Value nv = k_.value(next);
-    if (iv.dims != nv.dims) {
-      std::vector<std::string> a, b;
-      for (int x : iv.dims) a.push_back(ir::dim_name(k_, x));
-      for (int x : nv.dims) b.push_back(ir::dim_name(k_, x));
-      fail(fmt::format("a value carried around the loop changes shape from [{}] to [{}]",
-                       fmt::join(a, ", "), fmt::join(b, ", ")),
+    if (iv.dims != nv.dims)
+      fail(fmt::format("a value carried around the loop changes shape from {} to {}", shape_text(iv.dims),
+                       shape_text(nv.dims)),
            var->loc, "give the accumulator its final shape before the loop (hl::zeros/hl::full)");
-    }
     ir::Carried c;
     c.init = init;
     c.next = next;

@@ -86,7 +86,7 @@ class Tracer {
   const ir::HostTensor& host_tensor(const Var& v, const std::source_location& loc, const char* what);
   // An output of the kernel, allocated in host code; `fill`: hl::zeros / hl::full.
   std::shared_ptr<Var> new_output(std::vector<int64_t> shape, DType dtype, const std::source_location& loc,
-                                  std::optional<double> fill = std::nullopt);
+                                  std::optional<hl::Number> fill = std::nullopt);
 
   // Ops. Each checks its operands and throws KernelError at `loc` on misuse.
   ir::ValueId emit(ir::Op op, DType dtype, std::vector<int> dims, const std::vector<const Var*>& vars);
@@ -101,8 +101,12 @@ class Tracer {
   ir::ValueId view(const Var& x, std::vector<int> dims, const std::source_location& loc);
   // a @ b (+ acc): checks ranks, contraction dims, batch broadcasting and dtypes.
   ir::ValueId dot(const Var& a, const Var& b, const Var* acc, const std::source_location& loc);
-  ir::ValueId full(const std::vector<hl::Size>& shape, double value, DType dtype,
+  ir::ValueId full(const std::vector<hl::Size>& shape, const hl::Number& value, DType dtype,
                    const std::source_location& loc);
+  // `n` as a constant of dtype `dt`: integers exact; fails where it does not fit the dtype.
+  ir::Constant constant(const hl::Number& n, DType dt, const std::source_location& loc) const;
+  // A number used with an operand of dtype `other`, as a Full of the dtype it takes.
+  ir::ValueId number(const hl::Number& n, DType other, std::vector<int> dims, const std::source_location& loc);
   ir::ValueId tile_attr(ir::OpKind kind, const hl::Tile& t, const std::source_location& loc);
   ir::ValueId arange(int64_t n, const std::source_location& loc);
   std::vector<int> dims_of(const std::vector<hl::Size>& shape, const std::source_location& loc);
@@ -123,6 +127,11 @@ class Tracer {
   bool in_host_code() const { return open_loops_.empty(); }
   // The tile's axis, after checking that its loop is open.
   int tile_axis(const hl::Tile& t, const std::source_location& loc) const;
+
+  // A block shape as the user wrote it, for errors: tiles by name, whole dims and slices by
+  // their length ("[t0, 300]"); `spelled`: "tile t0", "a whole dim or slice of 300".
+  std::string shape_text(const std::vector<int>& dims) const;
+  std::string dim_text(int dim, bool spelled = false) const;
 
   const ir::Kernel& kernel() const { return k_; }
   [[noreturn]] void fail(const std::string& what, const std::source_location& loc,

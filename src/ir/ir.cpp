@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "runtime/disk_cache.h"
+
 namespace deuteron::ir {
 
 const char* name(OpKind k) {
@@ -87,6 +89,10 @@ ValueId dot_operand_source(const Kernel& k, ValueId v, std::vector<ValueId>* pat
   }
 }
 
+std::string constant_text(const Constant& c, DType t) {
+  return is_floating(t) ? fmt::format("{}", c.real) : fmt::format("{}", c.integer);
+}
+
 std::string dim_name(const Kernel& k, int dim) {
   if (dim == kOne) return "1";
   const Axis& ax = k.axes.at(size_t(dim));
@@ -103,15 +109,20 @@ std::string value_type(const Kernel& k, ValueId v) {
   return fmt::format("{}[{}]", dtype_name(val.dtype), fmt::join(d, ", "));
 }
 
-std::string index_text(const Kernel& k, const std::vector<Index>& index) {
+// An access's index: a tile's name (+ an offset), ":" for a whole dim, start:stop for a part.
+std::string index_text(const Kernel& k, const HostTensor& t, const std::vector<Index>& index) {
   std::vector<std::string> parts;
-  for (const Index& e : index) {
+  for (size_t d = 0; d < index.size(); ++d) {
+    const Index& e = index[d];
     switch (e.kind) {
       case Index::Kind::Axis: {
         const Axis& ax = k.axes[size_t(e.axis)];
-        std::string s = ax.kind == AxisKind::Reduction ? ":" : ax.name;
-        if (ax.kind == AxisKind::Fixed) s = fmt::format("{}:{}", e.offset, e.offset + ax.extent);
-        parts.push_back(s);
+        if (ax.kind == AxisKind::Tile)
+          parts.push_back(e.offset ? fmt::format("{} + {}", ax.name, e.offset) : ax.name);
+        else if (e.offset == 0 && ax.extent == t.shape[d])
+          parts.push_back(":");
+        else
+          parts.push_back(fmt::format("{}:{}", e.offset, e.offset + ax.extent));
         break;
       }
       case Index::Kind::Scalar:
@@ -127,7 +138,7 @@ std::string bound_text(const Bound& b) {
   return b.value >= 0 ? fmt::format("%{}", b.value) : fmt::format("{}", b.constant);
 }
 
-void print_body(const Kernel& k, const std::vector<Stmt>& body, int indent, std::string& out) {
+void print_body(const Kernel& k, const std::vector<Stmt>& body, int indent, bool locations, std::string& out) {
   std::string pad(size_t(indent) * 2, ' ');
   for (const Stmt& s : body) {
     if (s.kind == Stmt::Kind::Loop) {
@@ -142,7 +153,7 @@ void print_body(const Kernel& k, const std::vector<Stmt>& body, int indent, std:
       for (const Carried& c : l.carried)
         out += fmt::format("{}  carried %{} = %{} (init) / %{} (next) -> %{}\n", pad, c.phi, c.init,
                            c.next, c.result);
-      print_body(k, l.body, indent + 1, out);
+      print_body(k, l.body, indent + 1, locations, out);
       continue;
     }
     const Op& op = k.ops[size_t(s.id)];
@@ -152,13 +163,14 @@ void print_body(const Kernel& k, const std::vector<Stmt>& body, int indent, std:
     std::string rhs;
     switch (op.kind) {
       case OpKind::Load:
-        rhs = fmt::format("load {}[{}]", k.tensors[size_t(op.tensor)].name, index_text(k, op.index));
+        rhs = fmt::format("load {}[{}]", k.tensors[size_t(op.tensor)].name,
+                          index_text(k, k.tensors[size_t(op.tensor)], op.index));
         break;
       case OpKind::Store:
         rhs = fmt::format("{} {}[{}]{} %{}", op.atomic_add ? "atomic_add" : "store", k.tensors[size_t(op.tensor)].name,
-                          index_text(k, op.index), op.atomic_add ? "," : " =", op.inputs.back());
+                          index_text(k, k.tensors[size_t(op.tensor)], op.index), op.atomic_add ? "," : " =", op.inputs.back());
         break;
-      case OpKind::Full: rhs = fmt::format("full {}", op.number); break;
+      case OpKind::Full: rhs = fmt::format("full {}", constant_text(op.number, k.value(op.result).dtype)); break;
       case OpKind::ScalarArg: rhs = fmt::format("scalar {}", k.scalars[size_t(op.scalar)].name); break;
       case OpKind::TileIndex:
       case OpKind::TileBegin:
@@ -174,13 +186,14 @@ void print_body(const Kernel& k, const std::vector<Stmt>& body, int indent, std:
         break;
       default: rhs = fmt::format("{} {}", name(op.kind), fmt::join(in, ", ")); break;
     }
-    out += fmt::format("{}{}{}    # {}:{}\n", pad, lhs, rhs, op.loc.file_name(), op.loc.line());
+    out += fmt::format("{}{}{}", pad, lhs, rhs);
+    out += locations ? fmt::format("    # {}:{}\n", op.loc.file_name(), op.loc.line()) : "\n";
   }
 }
 
 }  // namespace
 
-std::string print(const Kernel& k) {
+std::string print(const Kernel& k, bool locations) {
   std::string out = fmt::format("kernel {}(", k.name);
   std::vector<std::string> params;
   for (const auto& t : k.tensors)
@@ -196,17 +209,20 @@ std::string print(const Kernel& k) {
   out += fmt::format("{})\n", fmt::join(outs, ", "));
   for (const auto& t : k.tensors)
     if (t.role == HostRole::Output)
-      out += fmt::format("  {} = {}([{}], {}{})\n", t.name, !t.fill ? "empty" : *t.fill == 0 ? "zeros" : "full",
-                         fmt::join(t.shape, ", "), t.fill && *t.fill != 0 ? fmt::format("{}, ", *t.fill) : "",
-                         dtype_name(t.dtype));
+      out += fmt::format("  {} = {}([{}], {}{})\n", t.name, !t.fill ? "empty" : t.fill->real == 0 ? "zeros" : "full",
+                         fmt::join(t.shape, ", "),
+                         t.fill && t.fill->real != 0 ? constant_text(*t.fill, t.dtype) + ", " : "", dtype_name(t.dtype));
+  if (k.ordered_adds) out += "  atomic adds: summed in a fixed order\n";
   for (const auto& p : k.block_params)
     out += fmt::format("  block size {}: {}\n", p.name,
                        p.fixed ? fmt::format("fixed {}", p.fixed)
                                : fmt::format("tunable {}..{}{}", p.min, p.max,
                                              p.reduction ? " (reduction: persistent at max)" : ""));
-  print_body(k, k.top, 1, out);
+  print_body(k, k.top, 1, locations, out);
   return out;
 }
+
+std::string fingerprint(const Kernel& k) { return hash_hex(print(k, false)); }
 
 std::vector<int> use_counts(const Kernel& k) {
   std::vector<int> uses(k.values.size(), 0);

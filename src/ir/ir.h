@@ -22,6 +22,15 @@ namespace deuteron::ir {
 using ValueId = int;
 inline constexpr int kOne = -1;  // a size-one dim in Value::dims
 
+// A constant (a Full op's value, an output's fill). Integer and boolean ones are exact in
+// `integer` (a double cannot hold every int64); floating ones are `real`. Which one counts
+// is decided by the dtype of what it fills.
+struct Constant {
+  double real = 0.0;
+  int64_t integer = 0;
+  bool operator==(const Constant&) const = default;
+};
+
 // ---- host part ------------------------------------------------------------------------------
 
 enum class HostRole { Input, Output };
@@ -35,7 +44,7 @@ struct HostTensor {
   std::vector<int64_t> strides;  // in elements; outputs are contiguous
   // Outputs made by hl::zeros / hl::full in host code: every element is set to this before the
   // kernel's grid runs (each launch, so repeated runs do not accumulate).
-  std::optional<double> fill;
+  std::optional<Constant> fill;
 };
 
 struct ScalarParam {
@@ -118,7 +127,7 @@ struct Op {
   bool atomic_add = false;  // Store: adds into the tensor atomically (hl::atomic_add)
   int axis = -1;  // TileIndex/TileBegin/TileEnd/TileSize
   int scalar = -1;  // ScalarArg
-  double number = 0.0;  // Full
+  Constant number;  // Full
   UnaryFn unary{};
   BinaryFn binary{};
   ReduceFn reduce{};
@@ -173,6 +182,9 @@ struct Kernel {
   std::vector<Loop> loops;
   std::vector<Stmt> top;  // top-level statements: grid loops only (host code is gone)
   std::source_location loc;  // where the kernel was defined
+  // Float hl::atomic_adds are summed in a fixed order (KernelOptions::atomic_add), the same on
+  // every run; otherwise they are atomic (which targets without threads may ignore).
+  bool ordered_adds = false;
 
   const Value& value(ValueId v) const { return values.at(size_t(v)); }
   const Op& op(int id) const { return ops.at(size_t(id)); }
@@ -205,10 +217,17 @@ ValueId dot_operand_source(const Kernel& k, ValueId v, std::vector<ValueId>* pat
 // as an op input, a loop bound, or a loop-carried initial or next value.
 std::vector<int> use_counts(const Kernel& k);
 
+// A constant as the IR prints it: exactly, as the integer or double that `t` takes.
+std::string constant_text(const Constant& c, DType t);
 // The block extent of a value dim for printing: "block_m", "1", "64".
 std::string dim_name(const Kernel& k, int dim);
-// Human-readable IR (`deuteron emit KERNEL --ir`).
-std::string print(const Kernel& k);
+// Human-readable IR (`deuteron emit KERNEL --ir`); each op names its source line unless
+// `locations` is false.
+std::string print(const Kernel& k, bool locations = true);
+// A hash of what was traced (the IR without source lines, 32 hex digits): kernels that compute
+// the same thing share it, whatever their name's line; any traced difference (a captured
+// constant, a shape) changes it. The in-memory and on-disk caches are keyed by it.
+std::string fingerprint(const Kernel& k);
 
 // Checks the IR's invariants (ids in range, values defined before use, dims naming real axes,
 // loop nesting); throws std::logic_error naming the broken one. A failure is a compiler bug.

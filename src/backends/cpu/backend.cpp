@@ -119,7 +119,7 @@ std::unique_ptr<backends::Executable> CpuBackend::compile(const plan::Plan& base
   opts.precompiled_header = dir + "/deuteron_cpu.h";
   CompileResult r = compile_and_load(p.kernel.name, source, opts);
   auto fn = r.so->function<KernelFn>(entry_name(p));
-  auto exe = std::make_unique<CpuExecutable>(r.so, fn, (p.fast_memory_bytes + 63) / 64 * 64, p.threads, p);
+  auto exe = std::make_unique<CpuExecutable>(r.so, fn, scratch_per_thread(p), p.threads, p);
   exe->compiled = r.compiled;
   exe->compile_seconds = r.compile_seconds;
   exe->source_path = r.source_path.string();

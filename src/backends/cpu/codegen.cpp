@@ -39,9 +39,12 @@ const char* storage_type(DType t) {
   return "float";
 }
 
-std::string literal(double x, DType t) {
-  if (t == DType::boolean) return x != 0 ? "true" : "false";
-  if (!is_floating(t)) return fmt::format("int64_t({})", int64_t(x));
+std::string literal(const ir::Constant& c, DType t) {
+  if (t == DType::boolean) return c.integer != 0 ? "true" : "false";
+  // INT64_MIN has no literal: -9223372036854775808 is the negation of an out-of-range one.
+  if (t == DType::i64 && c.integer == INT64_MIN) return "INT64_MIN";
+  if (!is_floating(t)) return fmt::format("{}({})", ctype(t), c.integer);
+  double x = c.real;
   if (std::isnan(x)) return "dt::nan()";
   if (std::isinf(x)) return x > 0 ? "dt::kInf" : "-dt::kInf";
   std::string s = fmt::format("{:.9g}", x);
@@ -69,9 +72,29 @@ std::string at_index(const std::string& base, const std::string& index) {
   return index == "0" ? base : base + " + " + index;
 }
 
+// The tensors whose hl::atomic_adds each thread sums into its own copy (ordered adds): the
+// float targets. Integer adds are exact in any order, and stay atomic.
+std::vector<int> ordered_targets(const ir::Kernel& k) {
+  std::vector<int> out;
+  if (!k.ordered_adds) return out;
+  for (const ir::Op& op : k.ops)
+    if (op.atomic_add && is_floating(k.tensors[size_t(op.tensor)].dtype) &&
+        std::find(out.begin(), out.end(), op.tensor) == out.end())
+      out.push_back(op.tensor);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+int64_t numel(const ir::HostTensor& t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  return n;
+}
+
 class Generator {
  public:
-  explicit Generator(const CpuPlan& p) : p_(p), k_(p.kernel), checks_(index_checks(p)) {}
+  explicit Generator(const CpuPlan& p)
+      : p_(p), k_(p.kernel), checks_(index_checks(p)), ordered_(ordered_targets(p.kernel)) {}
 
   std::string run() {
     header();
@@ -83,12 +106,15 @@ class Generator {
     axis_constants();
     fill_outputs();
     const ir::Loop& grid = k_.grid_loop();
+    if (!ordered_.empty()) line("int team = 1;  // the threads the region got: their copies are summed after it");
     line(fmt::format("#pragma omp parallel num_threads({})", p_.threads));
     line("{");
     ++indent_;
     line("char* const fast = scratch + long(omp_get_thread_num()) * scratch_per_thread;");
     scratch_arrays();
-    if (p_.gemms.empty() || p_.threads == 1) {
+    ordered_copies();
+    // Ordered adds need each thread's grid steps fixed: the static schedule.
+    if (p_.gemms.empty() || p_.threads == 1 || !ordered_.empty()) {
       line("#pragma omp for schedule(static)");
     } else {
       // Block products: chunks of consecutive grid steps (which share resident operand blocks)
@@ -107,6 +133,7 @@ class Generator {
     line("}");
     --indent_;
     line("}");
+    ordered_sums();
     --indent_;
     line("}");
     return out_;
@@ -156,10 +183,53 @@ class Generator {
       if (!t.fill) continue;
       int64_t n = 1;
       for (int64_t d : t.shape) n *= d;
-      line(fmt::format("// {} = {}: set before the grid runs", tensor_name(int(i)), *t.fill == 0 ? "zeros" : "full"));
+      DType compute = compute_dtype(t.dtype);
+      line(fmt::format("// {} = {}: set before the grid runs", tensor_name(int(i)), t.fill->real == 0 ? "zeros" : "full"));
       line("#pragma omp simd");
       line(fmt::format("for (int64_t i = 0; i < {}; ++i) {}[i] = {};", n, tensor_name(int(i)),
-                       stored(literal(*t.fill, DType::f32), DType::f32, t.dtype)));
+                       stored(literal(*t.fill, compute), compute, t.dtype)));
+    }
+  }
+
+  // ---- ordered adds ----
+  // Where thread t's copy of an ordered target lives: after its fast memory, in its scratch.
+  int64_t copy_offset(int tensor) const {
+    int64_t off = (p_.fast_memory_bytes + 63) / 64 * 64;
+    for (int t : ordered_)
+      if (t != tensor) off += (numel(k_.tensors[size_t(t)]) * 4 + 63) / 64 * 64;
+      else break;
+    return off;
+  }
+  std::string copy_name(int tensor) const { return "mine_" + tensor_name(tensor); }
+  bool ordered(int tensor) const { return std::find(ordered_.begin(), ordered_.end(), tensor) != ordered_.end(); }
+
+  // Each thread adds into its own zeroed copy of an ordered target...
+  void ordered_copies() {
+    if (!ordered_.empty()) line("if (omp_get_thread_num() == 0) team = omp_get_num_threads();");
+    for (int t : ordered_) {
+      line(fmt::format("float* const {} = reinterpret_cast<float*>(fast + {});  // this thread's adds into {}, "
+                       "summed in thread order after the grid",
+                       copy_name(t), copy_offset(t), tensor_name(t)));
+      line("#pragma omp simd");
+      line(fmt::format("for (int64_t i = 0; i < {}; ++i) {}[i] = 0.0f;", numel(k_.tensors[size_t(t)]), copy_name(t)));
+    }
+  }
+  // ... and after the parallel region the copies are added in thread order: with the static
+  // schedule, the same sum on every run. Serially, after the region's own join: another
+  // barrier inside it costs a scheduling quantum whenever a thread is descheduled (a busy
+  // machine), which measured more than the sums (a few thousand adds).
+  void ordered_sums() {
+    for (int t : ordered_) {
+      line(fmt::format("// {} += every thread's copy, in thread order", tensor_name(t)));
+      line(fmt::format("for (int64_t i = 0; i < {}; ++i) {{", numel(k_.tensors[size_t(t)])));
+      ++indent_;
+      line(fmt::format("float sum = {}[i];", tensor_name(t)));
+      line("for (int th = 0; th < team; ++th)");
+      line(fmt::format("  sum += reinterpret_cast<const float*>(scratch + long(th) * scratch_per_thread + {})[i];",
+                       copy_offset(t)));
+      line(fmt::format("{}[i] = sum;", tensor_name(t)));
+      --indent_;
+      line("}");
     }
   }
 
@@ -423,9 +493,11 @@ class Generator {
     return name;
   }
 
+  static bool is_integer(DType t) { return t == DType::i32 || t == DType::i64; }
+
   static std::string unary(const ir::Op& op, const std::string& x, DType op_dtype) {
     switch (op.unary) {
-      case ir::UnaryFn::Neg: return fmt::format("(-{})", x);
+      case ir::UnaryFn::Neg: return is_integer(op_dtype) ? fmt::format("dt::wrapping_neg({})", x) : fmt::format("(-{})", x);
       case ir::UnaryFn::Not: return fmt::format("(!{})", x);
       case ir::UnaryFn::Exp: return fmt::format("dt::exp({})", x);
       case ir::UnaryFn::Exp2: return fmt::format("dt::exp2({})", x);
@@ -439,12 +511,14 @@ class Generator {
       case ir::UnaryFn::GeluErf: return fmt::format("dt::gelu_erf({})", x);
       case ir::UnaryFn::Erf: return fmt::format("dt::erf({})", x);
       case ir::UnaryFn::Abs:
-        return is_floating(op_dtype) ? fmt::format("dt::abs({})", x) : fmt::format("({0} < 0 ? -{0} : {0})", x);
+        return is_floating(op_dtype) ? fmt::format("dt::abs({})", x) : fmt::format("dt::wrapping_abs({})", x);
     }
     return x;
   }
 
   static std::string binary(ir::BinaryFn f, const std::string& a, const std::string& b, DType t) {
+    if (is_integer(t) && (f == ir::BinaryFn::Add || f == ir::BinaryFn::Sub || f == ir::BinaryFn::Mul))
+      return fmt::format("dt::wrapping_{}({}, {})", ir::name(f), a, b);
     switch (f) {
       case ir::BinaryFn::Add: return fmt::format("({} + {})", a, b);
       case ir::BinaryFn::Sub: return fmt::format("({} - {})", a, b);
@@ -467,20 +541,40 @@ class Generator {
   }
 
   std::string identity(ir::ReduceFn f, DType t) const {
-    bool fl = is_floating(t);
+    bool fl = is_floating(t), i32 = t == DType::i32;
     switch (f) {
-      case ir::ReduceFn::Sum: return fl ? "0.0f" : "int64_t(0)";
-      case ir::ReduceFn::Max: return fl ? "-dt::kInf" : "INT64_MIN";
-      case ir::ReduceFn::Min: return fl ? "dt::kInf" : "INT64_MAX";
+      case ir::ReduceFn::Sum: return fl ? "0.0f" : "0";
+      case ir::ReduceFn::Max: return fl ? "-dt::kInf" : i32 ? "INT32_MIN" : "INT64_MIN";
+      case ir::ReduceFn::Min: return fl ? "dt::kInf" : i32 ? "INT32_MAX" : "INT64_MAX";
     }
     return "0";
   }
 
-  std::string combine(ir::ReduceFn f, const std::string& acc, const std::string& x) const {
+  // A float max or min in a scalar accumulator: the simd max/min reductions drop NaNs, so a
+  // flag records whether one was seen (torch.amax propagates NaN, as hl::maximum does).
+  bool tracks_nan(const ir::Op& op) const {
+    return op.reduce != ir::ReduceFn::Sum && is_floating(k_.value(op.result).dtype);
+  }
+
+  // An integer sum accumulates in a scalar as uint64_t: it wraps, and so does the simd
+  // reduction combining the lanes.
+  static const char* accumulator_type(ir::ReduceFn f, DType t) {
+    return f == ir::ReduceFn::Sum && is_integer(t) ? "uint64_t" : ctype(t);
+  }
+
+  // Folds `x` into `acc`, an element of the result (of dtype t) or a scalar accumulator.
+  std::string combine(ir::ReduceFn f, const std::string& acc, const std::string& x, DType t, bool scalar) const {
     switch (f) {
-      case ir::ReduceFn::Sum: return fmt::format("{0} = {0} + {1};", acc, x);
-      case ir::ReduceFn::Max: return fmt::format("{0} = {1} > {0} ? {1} : {0};", acc, x);
-      case ir::ReduceFn::Min: return fmt::format("{0} = {1} < {0} ? {1} : {0};", acc, x);
+      case ir::ReduceFn::Sum:
+        if (!is_integer(t)) return fmt::format("{0} = {0} + {1};", acc, x);
+        if (scalar) return fmt::format("{0} = {0} + uint64_t({1});", acc, x);
+        return fmt::format("{0} = dt::wrapping_add({0}, {1});", acc, x);
+      case ir::ReduceFn::Max:
+        if (!scalar && is_floating(t)) return fmt::format("{0} = dt::maximum({0}, {1});", acc, x);
+        return fmt::format("{0} = {1} > {0} ? {1} : {0};", acc, x);
+      case ir::ReduceFn::Min:
+        if (!scalar && is_floating(t)) return fmt::format("{0} = dt::minimum({0}, {1});", acc, x);
+        return fmt::format("{0} = {1} < {0} ? {1} : {0};", acc, x);
     }
     return "";
   }
@@ -543,37 +637,56 @@ class Generator {
                        op->result, identity(op->reduce, r.dtype)));
     }
     std::string pragma;
-    // Atomic adds may hit one address from several lanes: no simd for their loops.
-    bool atomic = std::any_of(g.ops.begin(), g.ops.end(), [&](int o) { return k_.ops[size_t(o)].atomic_add; });
+    // Atomic adds, and adds at gathered indices, may hit one address from several lanes: no
+    // simd for their loops. (An ordered add at the block's own indices is a plain store.)
+    bool atomic = std::any_of(g.ops.begin(), g.ops.end(), [&](int o) {
+      const ir::Op& op = k_.ops[size_t(o)];
+      bool gathered = std::any_of(op.index.begin(), op.index.end(),
+                                  [](const ir::Index& e) { return e.kind == ir::Index::Kind::Gather; });
+      return op.atomic_add && (!ordered(op.tensor) || gathered);
+    });
     if (!dom.empty() && !atomic) {
       pragma = "#pragma omp simd";
-      for (const ir::Op* op : scalar_red)
+      for (const ir::Op* op : scalar_red) {
         pragma += fmt::format(" reduction({}:acc{})",
                               op->reduce == ir::ReduceFn::Sum ? "+" : op->reduce == ir::ReduceFn::Max ? "max" : "min",
                               op->result);
+        if (tracks_nan(*op)) pragma += fmt::format(" reduction(|:nan{})", op->result);
+      }
     }
     open_nest(dom, pragma, [&](size_t level) {
       if (level + 1 != dom.size()) return;
-      for (const ir::Op* op : scalar_red)
-        line(fmt::format("{} acc{} = {};", ctype(k_.value(op->result).dtype), op->result,
+      for (const ir::Op* op : scalar_red) {
+        line(fmt::format("{} acc{} = {};", accumulator_type(op->reduce, k_.value(op->result).dtype), op->result,
                          identity(op->reduce, k_.value(op->result).dtype)));
+        if (tracks_nan(*op)) line(fmt::format("int32_t nan{} = 0;", op->result));
+      }
     });
     for (int o : g.ops) {
       const ir::Op& op = k_.ops[size_t(o)];
       if (op.kind == OpKind::Store) {
         const ir::HostTensor& t = k_.tensors[size_t(op.tensor)];
         std::string e = stored(value(op.inputs.back()), k_.value(op.inputs.back()).dtype, t.dtype);
-        if (op.atomic_add) line("#pragma omp atomic update");
-        line(fmt::format("{}[{}] {}= {};", tensor_name(op.tensor), address(op), op.atomic_add ? "+" : "", e));
+        // The address may compute values (a scatter's index): before the pragma, which must
+        // precede the update statement itself.
+        std::string at = address(op);
+        if (op.atomic_add && ordered(op.tensor)) {
+          line(fmt::format("{}[{}] += {};", copy_name(op.tensor), at, e));
+        } else {
+          if (op.atomic_add) line("#pragma omp atomic update");
+          line(fmt::format("{}[{}] {}= {};", tensor_name(op.tensor), at, op.atomic_add ? "+" : "", e));
+        }
       } else if (op.kind == OpKind::Reduce) {
         int rd = k_.value(op.inputs[0]).dims[size_t(op.dim)];
         std::string x = convert(value(op.inputs[0]), k_.value(op.inputs[0]).dtype, k_.value(op.result).dtype);
         if (rd == ir::kOne) {
           line(fmt::format("m{}[{}] = {};", op.result, storage_index(op.result), x));
         } else if (rd == inner) {
-          line(combine(op.reduce, fmt::format("acc{}", op.result), x));
+          line(combine(op.reduce, fmt::format("acc{}", op.result), x, k_.value(op.result).dtype, true));
+          if (tracks_nan(op)) line(fmt::format("nan{0} |= {1} != {1};", op.result, x));
         } else {
-          line(combine(op.reduce, fmt::format("m{}[{}]", op.result, storage_index(op.result)), x));
+          line(combine(op.reduce, fmt::format("m{}[{}]", op.result, storage_index(op.result)), x,
+                       k_.value(op.result).dtype, false));
         }
       } else {
         std::string s = compute(op);
@@ -583,8 +696,13 @@ class Generator {
     }
     close_nest(dom, [&](size_t level) {
       if (level + 1 != dom.size()) return;
-      for (const ir::Op* op : scalar_red)
-        line(fmt::format("m{}[{}] = acc{};", op->result, storage_index(op->result), op->result));
+      for (const ir::Op* op : scalar_red) {
+        DType t = k_.value(op->result).dtype;
+        std::string acc = fmt::format("acc{}", op->result);
+        if (accumulator_type(op->reduce, t) != std::string(ctype(t))) acc = fmt::format("{}({})", ctype(t), acc);
+        if (tracks_nan(*op)) acc = fmt::format("nan{} ? dt::nan() : {}", op->result, acc);
+        line(fmt::format("m{}[{}] = {};", op->result, storage_index(op->result), acc));
+      }
     });
     --indent_;
     line("}");
@@ -994,6 +1112,7 @@ class Generator {
   const CpuPlan& p_;
   const ir::Kernel& k_;
   const std::vector<IndexCheck> checks_;
+  const std::vector<int> ordered_;  // tensors whose atomic adds are summed in a fixed order
   std::string out_;
   int indent_ = 0;
   std::map<ir::ValueId, std::string> scalars_;  // values computed as scalars in this group
@@ -1063,6 +1182,13 @@ std::string drop_unused_constants(const std::string& source) {
 }
 
 }  // namespace
+
+
+int64_t scratch_per_thread(const plan::Plan& p) {
+  int64_t bytes = (p.fast_memory_bytes + 63) / 64 * 64;
+  for (int t : ordered_targets(p.kernel)) bytes += (numel(p.kernel.tensors[size_t(t)]) * 4 + 63) / 64 * 64;
+  return bytes;
+}
 
 std::string generate(const CpuPlan& p) {
   Generator g(p);

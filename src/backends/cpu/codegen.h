@@ -22,6 +22,11 @@ std::string entry_name(const plan::Plan& p);
 // the index).
 std::string generate(const CpuPlan& p);
 
+// The entry point's scratch_per_thread: the plan's fast memory (64-byte aligned), then the
+// thread's copies of the float targets of hl::atomic_add when the kernel sums them in a fixed
+// order (ir::Kernel::ordered_adds).
+int64_t scratch_per_thread(const plan::Plan& p);
+
 // An index the kernel computes (a gather's indices, a scalar from device values), checked
 // against the size of the dim it indexes wherever it is used.
 struct IndexCheck {

@@ -44,8 +44,8 @@ class CpuHarness : public backends::Harness {
     backends::Prepared out;
     // The path is one encoded field: a newline or space in the cache path cannot end the
     // command early or start another.
-    out.kernel_line = fmt::format("kernel {} {} {} {}", (p.fast_memory_bytes + 63) / 64 * 64,
-                                  std::max(threads(p), 1), entry_name(p), runtime::encode_field(so.string()));
+    out.kernel_line = fmt::format("kernel {} {} {} {}", scratch_per_thread(p), std::max(threads(p), 1),
+                                  entry_name(p), runtime::encode_field(so.string()));
     out.compiled = exe->compiled;
     out.compile_seconds = exe->compile_seconds;
     return out;

@@ -121,6 +121,13 @@ class PallasExecutable : public backends::Executable {
       argv.push_back("--dtypes");
       argv.push_back(fmt::format("{}", fmt::join(dtypes, ",")));
     }
+    for (size_t i = 0; i < scalars_.size(); ++i)
+      if (scalars_[i].dtype == DType::i64 && (scalars.at(i) < INT32_MIN || scalars.at(i) > INT32_MAX))
+        throw ArgumentError(
+            fmt::format("kernel '{}': the int64 scalar argument '{}' = {} does not fit int32, in which the pallas "
+                        "target computes integers",
+                        kernel_, scalars_[i].name, json_number(scalars.at(i), DType::i64)),
+            "", "pass a value within int32, or run this kernel on the cpu target");
     if (!scalars_.empty()) {
       std::vector<std::string> kv;
       for (size_t i = 0; i < scalars_.size(); ++i)

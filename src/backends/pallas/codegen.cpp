@@ -63,7 +63,8 @@ std::string py_float(double x) {
 
 // The dtype a value of IR dtype `t` has inside the kernel: floating values are computed in
 // float32 (as on the cpu target: bf16/f16 are storage types), integers in int32 (TPUs have no
-// 64-bit vector types), booleans as bool.
+// 64-bit vector types; Analysis::check_integer_ranges rejects an int64 value that int32 cannot
+// hold), booleans as bool.
 DType kernel_type(DType t) {
   if (is_floating(t)) return DType::f32;
   if (t == DType::boolean) return DType::boolean;
@@ -82,10 +83,10 @@ const char* jnp_type(DType t) {
   return "jnp.float32";
 }
 
-std::string literal(double x, DType t) {
-  if (t == DType::boolean) return x != 0 ? "True" : "False";
-  if (!is_floating(t)) return fmt::format("{}", int64_t(x));
-  return py_float(x);
+std::string literal(const ir::Constant& c, DType t) {
+  if (t == DType::boolean) return c.integer != 0 ? "True" : "False";
+  if (!is_floating(t)) return fmt::format("{}", c.integer);
+  return py_float(c.real);
 }
 
 std::string human_bytes(int64_t b) {
@@ -183,6 +184,15 @@ class Analysis {
     for (int o : body) {
       const ir::Op& op = k.ops[size_t(o)];
       if (op.kind == OpKind::Dot) unsupported("hl::dot", "multiplies matrices", where(op));
+      for (const ir::Index& e : op.index)
+        if (e.kind == ir::Index::Kind::Gather) {
+          const std::string& t = k.tensors[size_t(op.tensor)].name;
+          if (op.atomic_add)
+            unsupported("scatter-add (hl::atomic_add at gathered indices)",
+                        fmt::format("adds into {} at indices it reads from a tensor", t), where(op));
+          unsupported(op.kind == OpKind::Store ? "scatters" : "gathers",
+                      fmt::format("indexes {} with a tensor of indices", t), where(op));
+        }
       if (op.kind == OpKind::Load || op.kind == OpKind::Store) continue;
       for (ir::ValueId in : op.inputs)
         if (k.value(in).def_op < 0) unsupported("loop-carried values", "uses one", where(op));
@@ -191,6 +201,7 @@ class Analysis {
     build_operands();
     check_revisits();
     mark_needed();
+    check_integer_ranges();
     // Constructs first (CompileError: no config helps), then what the config got wrong.
     if (config_problem) throw *config_problem;
   }
@@ -411,6 +422,118 @@ class Analysis {
                     format_location(k.loc));
     }
   }
+
+  // ---- integer ranges ----
+
+  // The values an integer may take, bounded from tile extents, constants and the ops. Bounds
+  // are clamped to +-2^64: anything beyond int64 is "does not fit" either way.
+  struct Range {
+    __int128 lo = 0, hi = 0;
+  };
+  static constexpr __int128 kWide = __int128(1) << 64;
+  static Range clamp(__int128 lo, __int128 hi) {
+    return {std::clamp(lo, -kWide, kWide), std::clamp(hi, -kWide, kWide)};
+  }
+  static Range of_dtype(DType t) {
+    if (t == DType::boolean) return {0, 1};
+    if (t == DType::i32) return {INT32_MIN, INT32_MAX};
+    return {INT64_MIN, INT64_MAX};
+  }
+  static bool fits_int32(const Range& r) { return r.lo >= INT32_MIN && r.hi <= INT32_MAX; }
+
+  Range range(ir::ValueId v) {
+    if (auto it = ranges.find(v); it != ranges.end()) return it->second;
+    Range r = compute_range(v);
+    ranges[v] = r;
+    return r;
+  }
+
+  Range compute_range(ir::ValueId v) {
+    const ir::Value& val = k.value(v);
+    if (val.def_op < 0 || is_floating(val.dtype)) return of_dtype(val.dtype);
+    const ir::Op& op = k.ops[size_t(val.def_op)];
+    auto in = [&](size_t i) { return range(op.inputs[i]); };
+    auto extent = [&](int axis) -> __int128 { return axis < 0 ? 1 : k.axes[size_t(axis)].extent; };
+    switch (op.kind) {
+      case OpKind::Full: return {op.number.integer, op.number.integer};
+      case OpKind::ScalarArg: return {INT32_MIN, INT32_MAX};  // the executable checks int64 ones
+      case OpKind::TileIndex: return {op.axis < 0 ? 0 : grid_begin[size_t(op.axis)], extent(op.axis) - 1};
+      case OpKind::TileBegin:
+      case OpKind::TileEnd: return {0, extent(op.axis)};
+      case OpKind::TileSize: return {1, block[size_t(op.axis)]};
+      case OpKind::View: return in(0);
+      case OpKind::Where: {
+        Range a = in(1), b = in(2);
+        return {std::min(a.lo, b.lo), std::max(a.hi, b.hi)};
+      }
+      case OpKind::Cast: {
+        const ir::Value& from = k.value(op.inputs[0]);
+        if (is_floating(from.dtype)) return of_dtype(val.dtype);
+        Range r = in(0);
+        // To int32 it wraps, as on every target: beyond int32 anything in it is possible.
+        return val.dtype == DType::i32 && !fits_int32(r) ? of_dtype(DType::i32) : r;
+      }
+      case OpKind::Unary:
+        if (op.unary == ir::UnaryFn::Neg) return clamp(-in(0).hi, -in(0).lo);
+        if (op.unary == ir::UnaryFn::Abs) {
+          Range a = in(0);
+          __int128 m = std::max(a.hi < 0 ? -a.hi : a.hi, a.lo < 0 ? -a.lo : a.lo);
+          return {a.lo >= 0 ? a.lo : a.hi <= 0 ? -a.hi : 0, m};
+        }
+        return {0, 1};  // logical_not
+      case OpKind::Binary: {
+        if (ir::is_comparison(op.binary) || op.binary == ir::BinaryFn::And || op.binary == ir::BinaryFn::Or)
+          return {0, 1};
+        Range a = in(0), b = in(1);
+        switch (op.binary) {
+          case ir::BinaryFn::Add: return clamp(a.lo + b.lo, a.hi + b.hi);
+          case ir::BinaryFn::Sub: return clamp(a.lo - b.hi, a.hi - b.lo);
+          case ir::BinaryFn::Mul: {
+            __int128 c[4] = {a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi};
+            return clamp(*std::min_element(c, c + 4), *std::max_element(c, c + 4));
+          }
+          case ir::BinaryFn::Max: return {std::max(a.lo, b.lo), std::max(a.hi, b.hi)};
+          case ir::BinaryFn::Min: return {std::min(a.lo, b.lo), std::min(a.hi, b.hi)};
+          default: return of_dtype(val.dtype);
+        }
+      }
+      case OpKind::Reduce: {
+        Range a = in(0);
+        if (op.reduce != ir::ReduceFn::Sum) return a;
+        __int128 n = extent(k.value(op.inputs[0]).dims[size_t(op.dim)]);  // at most this many add up
+        return clamp(std::min<__int128>(a.lo, 0) * n, std::max<__int128>(a.hi, 0) * n);
+      }
+      case OpKind::Load: return of_dtype(val.dtype);
+      case OpKind::Dot:
+      case OpKind::Store: break;
+    }
+    return of_dtype(val.dtype);
+  }
+
+  // A TPU computes integers in 32 bits. An int64 value the body computes must provably fit in
+  // int32, or the kernel is rejected naming it: narrowing it would change the result.
+  void check_integer_ranges() {
+    for (int o : body) {
+      const ir::Op& op = k.ops[size_t(o)];
+      if (op.result < 0 || !needed[size_t(op.result)] || k.value(op.result).dtype != DType::i64) continue;
+      Range r = range(op.result);
+      if (fits_int32(r)) continue;
+      auto bound = [](__int128 x) {
+        return x <= -kWide ? std::string("-2^64") : x >= kWide ? std::string("2^64") : fmt::format("{}", int64_t(x));
+      };
+      std::string what = op.kind == OpKind::Full
+                             ? fmt::format("the int64 constant {}", op.number.integer)
+                             : fmt::format("the int64 value %{} ({}), which may take values in [{}, {}]", op.result,
+                                           op.kind == OpKind::Binary ? ir::name(op.binary) : ir::name(op.kind),
+                                           bound(r.lo), bound(r.hi));
+      unsupported("int64 values outside int32",
+                  fmt::format("computes {}: TPUs compute integers in 32 bits", what), where(op),
+                  "keep integer values within int32 (cast with .to(DType::i32) where 32-bit wrap-around is what "
+                  "you want), compute in float32, or run this kernel on the cpu target");
+    }
+  }
+
+  std::map<ir::ValueId, Range> ranges;
 
   // Values the body must compute: what stores depend on (index-only values are not needed:
   // the index maps compute them).
@@ -635,7 +758,7 @@ class Generator {
           first.push_back(fmt::format("pl.program_id({}) == 0", i));
       std::string fill = fmt::format("{}[...] = jnp.full({}.shape, {}, {}.dtype)", o.ref, o.ref,
                                      literal(*t.fill, kernel_type(t.dtype)), o.ref);
-      std::string what = fmt::format("{} = {}", shown(t.name), *t.fill == 0 ? "zeros" : "full");
+      std::string what = fmt::format("{} = {}", shown(t.name), t.fill->real == 0 ? "zeros" : "full");
       if (first.empty()) {
         text += fmt::format("    {}  # {}: each block is visited once\n", fill, what);
       } else {

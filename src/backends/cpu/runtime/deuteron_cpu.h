@@ -358,6 +358,27 @@ DT_INLINE uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(r | sign);
 }
 
+// ---- integers ----------------------------------------------------------------------------------
+
+// The kernel's integer arithmetic wraps on overflow, as PyTorch's does. Signed overflow is
+// undefined behaviour in C++, and -O3 exploits it (a loop whose product overflows lost most of
+// its stores), so it is computed in the unsigned type of the same width and converted back
+// (modular since C++20). Only the kernel's own values go through these: the generated index
+// arithmetic stays signed, keeping the loop optimisations that -fwrapv would give up.
+namespace detail {
+template <typename T> struct unsigned_of;
+template <> struct unsigned_of<int32_t> { using type = uint32_t; };
+template <> struct unsigned_of<int64_t> { using type = uint64_t; };
+template <typename T> using unsigned_t = typename unsigned_of<T>::type;
+}  // namespace detail
+
+template <typename T> DT_INLINE T wrapping_add(T a, T b) { return T(detail::unsigned_t<T>(a) + detail::unsigned_t<T>(b)); }
+template <typename T> DT_INLINE T wrapping_sub(T a, T b) { return T(detail::unsigned_t<T>(a) - detail::unsigned_t<T>(b)); }
+template <typename T> DT_INLINE T wrapping_mul(T a, T b) { return T(detail::unsigned_t<T>(a) * detail::unsigned_t<T>(b)); }
+template <typename T> DT_INLINE T wrapping_neg(T a) { return T(detail::unsigned_t<T>(0) - detail::unsigned_t<T>(a)); }
+// torch.abs of the most negative value is itself.
+template <typename T> DT_INLINE T wrapping_abs(T a) { return a < 0 ? wrapping_neg(a) : a; }
+
 // ---- indices computed by the kernel ------------------------------------------------------------
 
 // Records the first failed index check of a launch: status[0] = 1 + its number, status[1] = the
