@@ -138,6 +138,8 @@ struct OpCase {
   }
 };
 
+void PrintTo(const OpCase& c, std::ostream* os) { *os << c.label(); }
+
 std::vector<OpCase> all_cases() {
   std::vector<OpCase> out;
   for (const char* target : {"cpu", "pallas"}) {
