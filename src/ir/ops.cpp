@@ -11,53 +11,33 @@ DType apply(DTypeRule rule, DType promoted) {
   return promoted;
 }
 
-#define DEUTERON_NAME_CASE(e, n, ...) \
-  case Fn::e: return n;
-#define DEUTERON_OPERAND_CASE(e, n, operands, result) \
-  case Fn::e: return apply(DTypeRule::operands, promoted);
-#define DEUTERON_RESULT_CASE(e, n, operands, result) \
-  case Fn::e: return apply(DTypeRule::result, promoted);
+namespace {
 
-const char* name(UnaryFn f) {
-  using Fn = UnaryFn;
-  switch (f) { DEUTERON_UNARY_FNS(DEUTERON_NAME_CASE) }
-  return "?";
-}
-const char* name(BinaryFn f) {
-  using Fn = BinaryFn;
-  switch (f) { DEUTERON_BINARY_FNS(DEUTERON_NAME_CASE) }
-  return "?";
-}
-const char* name(ReduceFn f) {
-  using Fn = ReduceFn;
-  switch (f) { DEUTERON_REDUCE_FNS(DEUTERON_NAME_CASE) }
-  return "?";
-}
+// One row per function, in enumerator order: its name and dtype rules.
+struct FnInfo {
+  const char* name;
+  DTypeRule operands, result;
+};
+#define DEUTERON_INFO(e, n, operands, result) FnInfo{n, DTypeRule::operands, DTypeRule::result},
+constexpr FnInfo kUnaryInfo[] = {DEUTERON_UNARY_FNS(DEUTERON_INFO)};
+constexpr FnInfo kBinaryInfo[] = {DEUTERON_BINARY_FNS(DEUTERON_INFO)};
+#undef DEUTERON_INFO
+#define DEUTERON_NAME(e, n) n,
+constexpr const char* kReduceNames[] = {DEUTERON_REDUCE_FNS(DEUTERON_NAME)};
+#undef DEUTERON_NAME
 
-DType operand_dtype(UnaryFn f, DType promoted) {
-  using Fn = UnaryFn;
-  switch (f) { DEUTERON_UNARY_FNS(DEUTERON_OPERAND_CASE) }
-  return promoted;
-}
-DType result_dtype(UnaryFn f, DType promoted) {
-  using Fn = UnaryFn;
-  switch (f) { DEUTERON_UNARY_FNS(DEUTERON_RESULT_CASE) }
-  return promoted;
-}
-DType operand_dtype(BinaryFn f, DType promoted) {
-  using Fn = BinaryFn;
-  switch (f) { DEUTERON_BINARY_FNS(DEUTERON_OPERAND_CASE) }
-  return promoted;
-}
-DType result_dtype(BinaryFn f, DType promoted) {
-  using Fn = BinaryFn;
-  switch (f) { DEUTERON_BINARY_FNS(DEUTERON_RESULT_CASE) }
-  return promoted;
-}
+const FnInfo& info(UnaryFn f) { return kUnaryInfo[size_t(f)]; }
+const FnInfo& info(BinaryFn f) { return kBinaryInfo[size_t(f)]; }
 
-#undef DEUTERON_NAME_CASE
-#undef DEUTERON_OPERAND_CASE
-#undef DEUTERON_RESULT_CASE
+}  // namespace
+
+const char* name(UnaryFn f) { return info(f).name; }
+const char* name(BinaryFn f) { return info(f).name; }
+const char* name(ReduceFn f) { return kReduceNames[size_t(f)]; }
+DType operand_dtype(UnaryFn f, DType promoted) { return apply(info(f).operands, promoted); }
+DType result_dtype(UnaryFn f, DType promoted) { return apply(info(f).result, promoted); }
+DType operand_dtype(BinaryFn f, DType promoted) { return apply(info(f).operands, promoted); }
+DType result_dtype(BinaryFn f, DType promoted) { return apply(info(f).result, promoted); }
 
 DType result_dtype(ReduceFn f, DType input) {
   return f == ReduceFn::Sum && !is_floating(input) ? DType::i64 : input;

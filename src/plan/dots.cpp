@@ -98,16 +98,16 @@ void find_dots(Lowering& l) {
     ir::ValueId result = op.result;
     if (op.inputs.size() == 3) {
       // acc * alpha and the like: computed into the product's storage before accumulating.
-      std::vector<ir::ValueId> todo = {op.inputs[2]};
-      while (!todo.empty()) {
-        ir::ValueId v = todo.back();
-        todo.pop_back();
+      std::vector<ir::ValueId> pending = {op.inputs[2]};
+      while (!pending.empty()) {
+        ir::ValueId v = pending.back();
+        pending.pop_back();
         int def = k.value(v).def_op;
         if (def < 0 || l.uses[size_t(v)] != 1 || !is_elementwise(k.ops[size_t(def)].kind) || l.absorbed.count(def)) continue;
         l.absorbed.insert(def);
         l.absorbed_values.push_back(v);
         if (v == op.inputs[2]) d.acc_inline = true;
-        for (ir::ValueId in : k.ops[size_t(def)].inputs) todo.push_back(in);
+        for (ir::ValueId in : k.ops[size_t(def)].inputs) pending.push_back(in);
       }
     }
     const ir::Loop& home = k.loops[size_t(d.loop)];
@@ -117,15 +117,15 @@ void find_dots(Lowering& l) {
       if (op.inputs.size() == 3 && op.inputs[2] != cv.phi) {
         // The accumulator expression may read the old accumulator only elementwise (directly).
         if (!d.acc_inline) ok = ok && ir::strip_views(k, op.inputs[2]) != cv.phi;
-        std::vector<ir::ValueId> todo = {op.inputs[2]};
-        while (ok && !todo.empty()) {
-          ir::ValueId v = todo.back();
-          todo.pop_back();
+        std::vector<ir::ValueId> pending = {op.inputs[2]};
+        while (ok && !pending.empty()) {
+          ir::ValueId v = pending.back();
+          pending.pop_back();
           int def = k.value(v).def_op;
           if (def < 0 || !l.absorbed.count(def)) continue;
           for (ir::ValueId in : k.ops[size_t(def)].inputs) {
             if (in != cv.phi && ir::strip_views(k, in) == cv.phi) ok = false;
-            todo.push_back(in);
+            pending.push_back(in);
           }
         }
       }
