@@ -22,7 +22,7 @@ set_source_files_properties(tests/test_gemm_runtime.cpp tests/test_gemm_pairs.cp
 # the autotune tests as a separate process, never on their own.
 set(DEUTERON_SUITES_e2e "*/KernelTest.*" "Dot.*" "Language.*" "KernelErrors.*" "Fuzz.*" "Reliability.*"
     "*/NameInjection.*" "*/DamagedArtifact.*" "*/BadOption.*")
-set(DEUTERON_SUITES_pallas "Pallas*.*" "*/PallasRun.*")
+set(DEUTERON_SUITES_pallas "Pallas*.*" "*/PallasRun.*" "*/PallasLoop.*")
 set(DEUTERON_SUITES_autotune "Autotune*.*")
 set(DEUTERON_NOT_UNIT "AutotuneChild.*")
 foreach(label IN ITEMS e2e pallas autotune)

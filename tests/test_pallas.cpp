@@ -312,6 +312,7 @@ TEST_F(PallasTarget, RejectsLoopedReductions) {
 }
 
 TEST_F(PallasTarget, RejectsPlansThatDoNotFitVmem) {
+  ScopedEnv chip("DEUTERON_TPU_GENERATION", "v4");  // 16 MiB of VMEM per core
   const examples::Entry& e = examples::find("softmax");
   std::vector<Arg> args = {Tensor::zeros({64, 16384}, DType::f32)};
   driver::Specialized s = specialize(*e.kernel, args);
@@ -320,28 +321,38 @@ TEST_F(PallasTarget, RejectsPlansThatDoNotFitVmem) {
     FAIL() << "a 4 MiB block with its buffers and temporaries was accepted";
   } catch (const ConfigError& err) {
     EXPECT_TRUE(contains(err.message(), "VMEM")) << err.what();
-    EXPECT_TRUE(contains(err.message(), "16.0 MiB")) << err.what();
+    EXPECT_TRUE(contains(err.message(), "more than its 16.0 MiB of VMEM per core")) << err.what();
     EXPECT_TRUE(contains(err.hint(), "block_rows")) << err.what();
   }
   // Smaller blocks fit.
   EXPECT_NO_THROW(driver::lower(s, fit(s, {{"block_rows", 8}})));
 }
 
-TEST_F(PallasTarget, RejectsInnerTileLoopsByName) {
-  const examples::Entry& e = examples::find("softmax_two_pass");
-  std::vector<Arg> args = e.inputs({130, 300}, DType::f32, 1);
-  driver::Specialized s = specialize(*e.kernel, args);
-  // No config fixes it, so lowering (the config checks) passes; emitting and running fail.
-  plan::Plan p = driver::lower(s, fit(s, {{"block_rows", 8}, {"block_n", 128}, {"block_n_out", 128}}));
+// A loop inside an inner loop is not expressible yet: refused by name, where it is.
+const auto nested_loops = deuteron::kernel("nested_loops", [](hl::Tensor x) {
+  auto out = hl::empty({x.size(0)}, x.dtype());
+  for (auto tm : hl::tile(x.size(0), {.name = "m"})) {
+    auto acc = hl::zeros({tm});
+    for (auto ta : hl::tile(x.size(1), {.name = "a"}))
+      for (auto tb : hl::tile(x.size(2), {.name = "b"})) acc = acc + x[{tm, ta, tb}].sum(2).sum(1);
+    out[tm] = acc;
+  }
+  return out;
+});
+
+TEST_F(PallasTarget, RejectsNestedInnerLoopsByName) {
+  std::vector<Arg> args = {Tensor::zeros({8, 4, 4}, DType::f32)};
+  driver::Specialized s = specialize(nested_loops, args);
+  plan::Plan p = driver::lower(s, driver::complete(s, {}));
   try {
     s.backend->emit(p);
-    FAIL() << "an inner tile loop was accepted";
+    FAIL() << "a loop nested in an inner loop was accepted";
   } catch (const CompileError& err) {
-    EXPECT_TRUE(contains(err.message(), "does not support inner tile loops yet")) << err.what();
-    EXPECT_TRUE(contains(err.message(), "softmax_two_pass")) << err.what();
-    EXPECT_FALSE(err.where().empty()) << err.what();
+    EXPECT_TRUE(contains(err.message(), "does not support loops nested inside inner loops yet")) << err.what();
+    EXPECT_TRUE(contains(err.message(), "nested_loops")) << err.what();
+    EXPECT_TRUE(contains(err.where(), "test_pallas.cpp")) << err.what();
   }
-  EXPECT_THROW(api::run(*e.kernel, args, "pallas"), CompileError);
+  EXPECT_THROW(api::run(nested_loops, args, "pallas"), CompileError);
 }
 
 // ---- integers: a TPU computes them in 32 bits ----------------------------------------------
@@ -474,13 +485,15 @@ TEST_F(PallasTarget, AdjustedDefaultConfigsAreLegal) {
 TEST_F(PallasTarget, LimitsComeFromTheTpuTable) {
   const backends::Backend& b = backends::get("pallas");
   {
+    // The whole VMEM of a core: the module raises vmem_limit_bytes to what it needs.
     ScopedEnv env("DEUTERON_TPU_GENERATION", "v5e");
     EXPECT_EQ(b.limits().cores, 1);
-    EXPECT_EQ(b.limits().fast_memory_bytes, int64_t(16) << 20);
+    EXPECT_EQ(b.limits().fast_memory_bytes, int64_t(128) << 20);
   }
   {
-    ScopedEnv env("DEUTERON_TPU_GENERATION", "v6e");
-    EXPECT_EQ(b.limits().fast_memory_bytes, int64_t(32) << 20);
+    ScopedEnv env("DEUTERON_TPU_GENERATION", "v4");
+    EXPECT_EQ(b.limits().cores, 2);
+    EXPECT_EQ(b.limits().fast_memory_bytes, int64_t(16) << 20);
   }
   EXPECT_EQ(pallas::tpu_generation("7x").name, "v7x");
   EXPECT_THROW(pallas::tpu_generation("v9z"), ArgumentError);

@@ -137,6 +137,9 @@ struct Plan {
   std::vector<std::vector<Item>> bodies;  // per loop: its grouped body
   std::vector<bool> materialized;  // per value: kept in fast memory between groups
   std::vector<bool> recomputed;  // per value: recomputed where used (looped reductions, loads)
+  // Per value: its data reaches a store or a loop bound, so a loop body computes it. Values that
+  // only address tensors (hl::grid indices, tile begins in an index) are the index maps' part.
+  std::vector<bool> computed;
   // Filled by the target (Backend::refine): what the plan needs of its fast memory, per core.
   int64_t fast_memory_bytes = 0;
   int64_t fast_memory_budget = 0;

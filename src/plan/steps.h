@@ -27,6 +27,7 @@ void group_bodies(Lowering& l);         // groups.cpp: fusion groups per loop bo
 void choose_inner_loops(Lowering& l);   // access.cpp: each inner loop's strategy
 void build_block_specs(Lowering& l);    // access.cpp: a block spec per tensor access
 void place_values(Lowering& l);         // storage.cpp: values kept in fast memory or recomputed
+void mark_computed(Lowering& l);        // storage.cpp: values whose data a loop body needs
 
 // Shared by the steps.
 std::vector<int> non_one(const std::vector<int>& dims);

@@ -88,4 +88,33 @@ void place_values(Lowering& l) {
   }
 }
 
+void mark_computed(Lowering& l) {
+  const ir::Kernel& k = l.k;
+  Plan& p = l.p;
+  p.computed.assign(k.values.size(), false);
+  std::vector<ir::ValueId> pending;
+  for (const ir::Op& op : k.ops) {
+    if (op.kind == ir::OpKind::Store) pending.push_back(op.inputs.back());
+    for (const ir::Index& e : op.index)  // gathered indices are data; scalar indices address
+      if (e.kind == ir::Index::Kind::Gather) pending.push_back(e.value);
+  }
+  for (const ir::Loop& loop : k.loops)
+    for (const std::vector<ir::Bound>* bounds : {&loop.begin, &loop.end})
+      for (const ir::Bound& b : *bounds)
+        if (b.value >= 0) pending.push_back(b.value);
+  while (!pending.empty()) {
+    ir::ValueId v = pending.back();
+    pending.pop_back();
+    if (p.computed[size_t(v)]) continue;
+    p.computed[size_t(v)] = true;
+    if (const ir::Op* op = k.def(v)) {
+      if (op->kind != ir::OpKind::Load) pending.insert(pending.end(), op->inputs.begin(), op->inputs.end());
+      continue;
+    }
+    for (const ir::Loop& loop : k.loops)  // a phi or a loop result: its initial and next values
+      for (const ir::Carried& c : loop.carried)
+        if (c.phi == v || c.result == v) pending.insert(pending.end(), {c.init, c.next});
+  }
+}
+
 }  // namespace deuteron::plan

@@ -12,6 +12,7 @@
 
 #include "backends/pallas/codegen.h"
 #include "backends/pallas/npy.h"
+#include "config/keys.h"
 #include "deuteron/error.h"
 #include "runtime/disk_cache.h"
 #include "runtime/env.h"
@@ -224,8 +225,18 @@ config::TargetLimits PallasBackend::limits() const {
   const TpuGeneration& g = generation();
   config::TargetLimits l;
   l.cores = g.cores_per_device;
-  l.fast_memory_bytes = g.scoped_vmem_bytes;
+  l.fast_memory_bytes = g.vmem_bytes;  // the module raises vmem_limit_bytes to what it needs
   return l;
+}
+
+void PallasBackend::extend_space(const ir::Kernel& k, const config::TargetLimits& limits,
+                                 config::ConfigSpace& space) const {
+  (void)limits;
+  for (const ir::Loop& loop : k.loops) {
+    if (loop.grid) continue;
+    std::string key = config::keys::inner_loop(k.axes[size_t(loop.axes.front())].name);
+    if (space.find(key)) space.set_default_value(key, config::keys::kStream);
+  }
 }
 
 void PallasBackend::refine(plan::Plan& p, const config::TargetLimits& limits) const {
@@ -250,9 +261,7 @@ config::Config PallasBackend::adjust_default(const config::ConfigSpace& space, c
   for (const ir::BlockParam& bp : k.block_params)
     if (bp.reduction && !bp.fixed) raise(bp.name, bp.max);
   const ir::Loop& grid = k.grid_loop();
-  for (const ir::Stmt& s : grid.body) {
-    if (s.kind != ir::Stmt::Kind::Op) continue;
-    const ir::Op& op = k.ops[size_t(s.id)];
+  for (const ir::Op& op : k.ops) {
     if (op.kind != ir::OpKind::Load && op.kind != ir::OpKind::Store) continue;
     size_t rank = op.index.size();
     for (size_t back = 0; back < std::min<size_t>(rank, 2); ++back) {
@@ -262,12 +271,13 @@ config::Config PallasBackend::adjust_default(const config::ConfigSpace& space, c
       if (ax.kind != ir::AxisKind::Tile || ax.scalar || ax.block_param < 0) continue;
       const ir::BlockParam& bp = k.block_params[size_t(ax.block_param)];
       if (bp.fixed) continue;
+      const ir::Loop& loop = k.loops[size_t(ax.loop)];
       int64_t begin = 0;
-      for (size_t i = 0; i < grid.axes.size(); ++i)
-        if (grid.axes[i] == e.axis) begin = grid.begin[i].constant;
+      for (size_t i = 0; i < loop.axes.size(); ++i)
+        if (loop.axes[i] == e.axis) begin = loop.begin[i].constant;
       int64_t span = std::max<int64_t>(ax.extent - begin, 1), cover = 1;
       while (cover < span) cover <<= 1;
-      raise(bp.name, std::min<int64_t>(back == 0 ? g.lanes : g.sublanes, cover));
+      raise(bp.name, std::min<int64_t>(block_multiple(g, back), cover));
     }
   }
   // An hl::atomic_add target is revisited along the grid axes its index does not use; a TPU

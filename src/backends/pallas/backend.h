@@ -21,6 +21,9 @@ class PallasBackend : public backends::Backend {
   // One core per JAX device (two on megacore chips) and the default scoped VMEM limit.
   config::TargetLimits limits() const override;
   // The TPU block-shape rule for every operand and the VMEM footprint (ConfigError).
+  // Inner loops stream their operands (emit_pipeline) unless a config says otherwise.
+  void extend_space(const ir::Kernel& k, const config::TargetLimits& limits,
+                    config::ConfigSpace& space) const override;
   void refine(plan::Plan& p, const config::TargetLimits& limits) const override;
   // Throw CompileError naming the construct for kernels this target cannot express yet
   // (inner tile loops, gathers, ...).

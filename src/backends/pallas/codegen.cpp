@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 
+#include "config/keys.h"
 #include "deuteron/error.h"
 #include "runtime/text.h"
 
@@ -103,20 +104,75 @@ int64_t next_pow2(int64_t n) {
 
 // ---- analysis: how the plan maps onto one pallas_call -----------------------------------------
 
-// One operand of the pallas_call: a tensor with one block spec. Accesses with the same block
-// spec share it; the same input read with two different specs becomes two operands.
-struct Operand {
+// How an inner loop runs on a TPU, from the placement the plan gave its operands (config
+// inner_<axis>): resident operands are whole in VMEM and sliced by a loop unrolled at trace
+// time; streamed ones are staged block by block by a nested pltpu.emit_pipeline; in-place ones
+// stay in HBM and the loop (a jax.lax.fori_loop) copies each block into VMEM scratch itself.
+enum class LoopKind { Unroll, Pipeline, Fori };
+
+// One block of a tensor as a BlockSpec (of the pallas_call or of a nested pipeline) or a
+// manual copy sees it.
+struct Block {
   int tensor = -1;
   bool output = false;
-  std::vector<int64_t> block;           // per tensor dim; 1 for a squeezed dim
+  std::vector<int64_t> shape;           // per tensor dim; 1 for a squeezed dim
   std::vector<bool> squeezed;           // per tensor dim: block dim None (a scalar index)
-  std::vector<std::string> block_text;  // per tensor dim: "BLOCK_T0", "None", "300"
-  std::vector<std::string> index;       // per tensor dim: block index from the grid indices
+  std::vector<std::string> shape_text;  // per tensor dim: "BLOCK_M", "None", "300"
+  std::vector<std::string> index;       // per tensor dim: the block index
   std::vector<int> axis;                // per tensor dim: the axis setting the block, or -1
-  std::set<int> grid_axes;              // grid axes its index map depends on
-  std::string ref;                      // kernel parameter
+  std::set<int> grid_axes;              // grid axes its index depends on
+  std::vector<int64_t> reach;           // per tensor dim: elements the block indices reach
   int first_op = -1;
   int buffers = 2;
+  bool same_as(const Block& o) const {
+    return tensor == o.tensor && output == o.output && shape == o.shape && squeezed == o.squeezed && index == o.index;
+  }
+};
+
+// One operand of the pallas_call: a blocked VMEM operand, or (hbm) the whole array left in HBM
+// (memory_space=pl.ANY) for inner loops to stream.
+struct Operand {
+  Block block;
+  bool hbm = false;
+  std::string ref;  // kernel parameter
+  // An HBM array streamed in whole blocks, padded up to them: run() pads the input, or slices
+  // the output; empty when no copy reads past the array. A fori_loop's copies move whole
+  // blocks, so its arrays are always padded. emit_pipeline rounds a partial block's copy up
+  // to whole (8, 128) tiles, which a TPU's tiled HBM layout holds but the interpreter's
+  // bounds check (against the logical shape) does not: those are padded in interpret mode.
+  std::vector<int64_t> padded;
+  bool pad_on_tpu = false;
+};
+
+// A block an inner loop streams from an HBM operand: a spec of its emit_pipeline, or the VMEM
+// scratch buffers of its fori_loop's copies.
+struct Stream {
+  int loop = -1;  // index into Analysis::inner
+  int operand = -1;  // the HBM operand
+  Block block;
+  int inner_dim = -1;  // the tensor dim the loop's axis drives
+  std::string ref;     // the body's block ref (pipeline) or the scratch buffer (fori_loop)
+};
+
+// An inner loop of the grid loop's body.
+struct Inner {
+  int loop = -1;  // IR loop
+  int axis = -1;
+  LoopKind kind = LoopKind::Unroll;
+  int buffers = 2;        // Pipeline: blocks staged ahead; Fori: 1 or 2 (single, double)
+  int64_t begin = 0;      // first element
+  int64_t blocks = 0;     // blocks when the end is a constant (else an upper bound)
+  ir::ValueId end = -1;   // an end computed on the device (else the axis' extent)
+  std::vector<int> streams;
+  std::vector<int> carried;  // indices into plan.carried
+  std::string index;         // the loop's block index variable: "i_kv"
+};
+
+// Where an access op finds its block: a pallas_call operand or a stream, and the ref index.
+struct Access {
+  int operand = -1;
+  int stream = -1;
+  std::string index;  // "[...]", "[:, 2:5]", "[pl.ds(i_kv * BLOCK_KV, BLOCK_KV), :]"
 };
 
 class Analysis {
@@ -127,15 +183,14 @@ class Analysis {
   const ir::Kernel& k;
   const TpuGeneration& chip;
   int grid_loop = -1;
-  std::vector<int64_t> block;            // per axis: the block this target uses (see effective_blocks)
-  std::vector<int> grid_pos;             // per axis: position among p.grid_axes, or -1
-  std::vector<int64_t> grid_begin;       // per axis: first index the grid loop covers
-  std::vector<bool> partial;             // per axis: the last block along it is partial
-  std::vector<Operand> operands;         // inputs (tensor order), then outputs (tensor order)
-  std::map<int, int> operand_of_op;      // access op -> operand
-  std::map<int, std::string> ref_index;  // access op -> "[...]" or "[:, 2:5]"
-  std::vector<int> body;                 // ops of the grid loop body, in program order
-  std::vector<bool> needed;              // per value: computed in the kernel body
+  std::vector<int64_t> block;       // per axis: the block this target uses (see effective_blocks)
+  std::vector<int64_t> begin;       // per axis: first index its loop covers
+  std::vector<bool> partial;        // per axis: the last block along it is partial
+  std::vector<int> inner_of_axis;   // per axis: its entry of `inner`, or -1
+  std::vector<Operand> operands;    // inputs (tensor order), then outputs (tensor order)
+  std::vector<Stream> streams;
+  std::vector<Inner> inner;
+  std::map<int, Access> access;     // access op -> its block
 
   std::string where(const ir::Op& op) const { return format_location(op.loc); }
   std::string tensor_label(int t) const {
@@ -150,6 +205,17 @@ class Analysis {
     const ir::Axis& ax = k.axes[size_t(axis)];
     return ax.block_param >= 0 && !k.block_params[size_t(ax.block_param)].fixed && !ax.scalar;
   }
+  const Inner* inner_for_loop(int loop) const {
+    for (const Inner& in : inner)
+      if (in.loop == loop) return &in;
+    return nullptr;
+  }
+  bool grid_axis(int axis) const {
+    return std::find(p.grid_axes.begin(), p.grid_axes.end(), axis) != p.grid_axes.end();
+  }
+  int grid_position(int axis) const {
+    return int(std::find(p.grid_axes.begin(), p.grid_axes.end(), axis) - p.grid_axes.begin());
+  }
 
  private:
   [[noreturn]] void unsupported(const std::string& construct, const std::string& detail,
@@ -158,49 +224,27 @@ class Analysis {
         fmt::format("the pallas target does not support {} yet: kernel '{}' {}", construct, k.name, detail),
         at, hint.empty() ? "run this kernel on the cpu target" : hint);
   }
+  void config_error(const std::string& message, const std::string& at, const std::string& hint) {
+    if (!config_problem) config_problem = ConfigError(message, at, hint);
+  }
 
   void run() {
+    grid_loop = k.grid_loop_id();
     const ir::Loop& grid = k.grid_loop();
-    grid_loop = int(&grid - k.loops.data());
-
-    // Structure: one grid loop holding straight-line ops.
-    for (const ir::Stmt& s : grid.body) {
-      if (s.kind == ir::Stmt::Kind::Loop) {
-        const ir::Loop& inner = k.loops[size_t(s.id)];
-        std::vector<std::string> names;
-        for (int a : inner.axes) names.push_back(k.axes[size_t(a)].name);
-        unsupported("inner tile loops",
-                    fmt::format("has a loop over {} inside its grid loop", fmt::join(names, ", ")),
-                    format_location(inner.loc),
-                    "use a variant of the kernel that handles the whole dimension in one block "
-                    "(e.g. softmax rather than softmax_two_pass), or the cpu target");
-      }
-      body.push_back(s.id);
-    }
     for (size_t i = 0; i < grid.axes.size(); ++i)
       if (grid.begin[i].value >= 0 || grid.end[i].value >= 0)
         unsupported("grid loops with bounds computed on the device", "has one", format_location(grid.loc));
-
-    for (int o : body) {
-      const ir::Op& op = k.ops[size_t(o)];
-      if (op.kind == OpKind::Dot) unsupported("hl::dot", "multiplies matrices", where(op));
+    for (const ir::Stmt& s : grid.body)
+      if (s.kind == ir::Stmt::Kind::Loop) find_inner_loop(s.id);
+    for (const ir::Op& op : k.ops)
       for (const ir::Index& e : op.index)
-        if (e.kind == ir::Index::Kind::Gather) {
-          const std::string& t = k.tensors[size_t(op.tensor)].name;
-          if (op.atomic_add)
-            unsupported("scatter-add (hl::atomic_add at gathered indices)",
-                        fmt::format("adds into {} at indices it reads from a tensor", t), where(op));
-          unsupported(op.kind == OpKind::Store ? "scatters" : "gathers",
-                      fmt::format("indexes {} with a tensor of indices", t), where(op));
-        }
-      if (op.kind == OpKind::Load || op.kind == OpKind::Store) continue;
-      for (ir::ValueId in : op.inputs)
-        if (k.value(in).def_op < 0) unsupported("loop-carried values", "uses one", where(op));
-    }
-    effective_blocks(grid);
+        if (e.kind == ir::Index::Kind::Gather && (op.kind == OpKind::Store || op.atomic_add))
+          unsupported(op.atomic_add ? "scatter-add (hl::atomic_add at gathered indices)" : "scatters",
+                      fmt::format("writes {} at indices it reads from a tensor", k.tensors[size_t(op.tensor)].name),
+                      where(op));
+    effective_blocks();
     build_operands();
     check_revisits();
-    mark_needed();
     check_integer_ranges();
     // Constructs first (CompileError: no config helps), then what the config got wrong.
     if (config_problem) throw *config_problem;
@@ -208,68 +252,90 @@ class Analysis {
 
   std::optional<ConfigError> config_problem;
 
-  // A filled output (the target of hl::atomic_add) keeps its block in VMEM across the grid steps
-  // that revisit it, which a TPU does only while the steps are consecutive: the grid axes it
-  // does not move along must run inside (faster than) those it does.
-  void check_revisits() {
-    for (const Operand& o : operands) {
-      const ir::HostTensor& t = k.tensors[size_t(o.tensor)];
-      if (!o.output || !t.fill) continue;
-      int last_moving = -1;
-      for (size_t i = 0; i < p.grid_axes.size(); ++i)
-        if (o.grid_axes.count(p.grid_axes[i])) last_moving = int(i);
-      for (int i = 0; i < last_moving; ++i) {
-        int a = p.grid_axes[size_t(i)];
-        if (o.grid_axes.count(a) || p.grid_blocks[size_t(i)] <= 1 || config_problem) continue;
-        config_problem = ConfigError(
-            fmt::format("{} is revisited along grid axis {}, which runs outside an axis its blocks move along: a "
-                        "TPU writes a block back when the grid moves on, so the additions would not meet",
-                        t.name, k.axes[size_t(a)].name),
-            format_location(k.loc), fmt::format("choose a grid_order with {} last", k.axes[size_t(a)].name));
-      }
+  // An inner loop directly inside the grid loop, its kind from its operands' placements.
+  void find_inner_loop(int id) {
+    const ir::Loop& loop = k.loops[size_t(id)];
+    for (const ir::Stmt& s : loop.body)
+      if (s.kind == ir::Stmt::Kind::Loop)
+        unsupported("loops nested inside inner loops", "has one", format_location(k.loops[size_t(s.id)].loc));
+    if (loop.axes.size() != 1)
+      unsupported("inner loops over several axes", "tiles several dims in one inner loop", format_location(loop.loc));
+    Inner in;
+    in.loop = id;
+    in.axis = loop.axes.front();
+    in.index = "i_" + py_name(k.axes[size_t(in.axis)].name);
+    if (loop.begin[0].value >= 0)
+      unsupported("inner loops that start at a bound computed on the device", "has one", format_location(loop.loc));
+    in.begin = loop.begin[0].constant;
+    in.end = loop.end[0].value;
+    bool staged = false, in_place = false;
+    for (const plan::BlockSpec& s : p.operands) {
+      if (s.loop != id || s.store) continue;
+      staged = staged || s.placement == plan::Placement::Staged;
+      in_place = in_place || s.placement == plan::Placement::InPlace;
     }
+    in.kind = staged ? LoopKind::Pipeline : in_place ? LoopKind::Fori : LoopKind::Unroll;
+    for (const plan::InnerLoop& il : p.inner_loops)
+      if (il.loop == id) in.buffers = std::max(il.buffers, 1);
+    if (in.kind == LoopKind::Fori) in.buffers = std::min(in.buffers, 2);
+    for (size_t c = 0; c < p.carried.size(); ++c)
+      if (p.carried[c].loop == id) in.carried.push_back(int(c));
+    const std::string axis = k.axes[size_t(in.axis)].name;
+    if (in.kind == LoopKind::Unroll && in.end >= 0)
+      config_error(fmt::format("the inner loop over {} ends at a bound computed on the device, which a loop "
+                               "unrolled at trace time (every operand resident) cannot follow",
+                               axis),
+                   format_location(loop.loc),
+                   fmt::format("set {} to {} (emit_pipeline) or {} (fori_loop)", config::keys::inner_loop(axis),
+                               config::keys::kStream, config::keys::kInPlace));
+    inner.push_back(in);
   }
 
   // Block sizes as this target uses them: a tiled axis whose block covers its whole extent in
-  // one grid step uses the extent (a block equal to the array dim is always legal on a TPU and
-  // never partial); a whole dim must be one block (persistent); fixed dims are their extent.
-  void effective_blocks(const ir::Loop& grid) {
+  // one step uses the extent (a block equal to the array dim is always legal on a TPU and never
+  // partial); a whole dim must be one block (persistent); fixed dims are their extent.
+  void effective_blocks() {
     size_t n = k.axes.size();
     block.assign(n, 1);
-    grid_pos.assign(n, -1);
-    grid_begin.assign(n, 0);
+    begin.assign(n, 0);
     partial.assign(n, false);
-    for (size_t i = 0; i < p.grid_axes.size(); ++i) grid_pos[size_t(p.grid_axes[i])] = int(i);
-    for (size_t i = 0; i < grid.axes.size(); ++i) grid_begin[size_t(grid.axes[i])] = grid.begin[i].constant;
+    inner_of_axis.assign(n, -1);
+    const ir::Loop& grid = k.grid_loop();
+    for (size_t i = 0; i < grid.axes.size(); ++i) begin[size_t(grid.axes[i])] = grid.begin[i].constant;
+    for (size_t i = 0; i < inner.size(); ++i) {
+      inner_of_axis[size_t(inner[i].axis)] = int(i);
+      begin[size_t(inner[i].axis)] = inner[i].begin;
+    }
     for (size_t a = 0; a < n; ++a) {
       const ir::Axis& ax = k.axes[a];
       int64_t b = p.block[a];
       if (ax.kind == ir::AxisKind::Tile) {
-        if (grid_pos[a] < 0)
-          unsupported("tiled dims outside the grid loop", fmt::format("tiles dim {} elsewhere", ax.name),
-                      format_location(k.loc));
-        int64_t begin = grid_begin[a], span = std::max<int64_t>(ax.extent - begin, 0);
-        if (begin == 0 && b >= span) b = std::max<int64_t>(span, 1);
-        if (begin % b != 0 && !config_problem)
-          config_problem = ConfigError(
-              fmt::format(
-                  "the grid loop over {} starts at {}, which is not a multiple of its block {} = {}: Pallas "
-                  "index maps address whole blocks",
-                  ax.name, begin, block_param(int(a)), b),
-              format_location(k.loc), fmt::format("choose {} dividing {}", block_param(int(a)), begin));
+        if (!grid_axis(int(a)) && inner_of_axis[a] < 0)
+          unsupported("tiled dims outside the grid loop and its inner loops",
+                      fmt::format("tiles dim {} elsewhere", ax.name), format_location(k.loc));
+        int64_t first = begin[a], span = std::max<int64_t>(ax.extent - first, 0);
+        if (first == 0 && b >= span) b = std::max<int64_t>(span, 1);
+        if (first % b != 0)
+          config_error(fmt::format("the loop over {} starts at {}, which is not a multiple of its block {} = {}: "
+                                   "Pallas index maps address whole blocks",
+                                   ax.name, first, block_param(int(a)), b),
+                       format_location(k.loc), fmt::format("choose {} dividing {}", block_param(int(a)), first));
         block[a] = b;
         partial[a] = span % b != 0;
+        if (inner_of_axis[a] >= 0) {
+          Inner& in = inner[size_t(inner_of_axis[a])];
+          in.blocks = (span + b - 1) / b;
+          // A loop that ends on the device may stop inside a block: mask against its end.
+          if (in.end >= 0) partial[a] = true;
+        }
       } else if (ax.kind == ir::AxisKind::Reduction) {
         if (!p.persistent[a]) {
           const ir::BlockParam& bp = k.block_params[size_t(ax.block_param)];
-          if (!config_problem)
-            config_problem = ConfigError(
-                fmt::format(
-                    "{} = {} reduces over dim {} (extent {}) in a loop of blocks; the pallas target needs "
-                    "the whole dim in one block",
-                    bp.name, b, ax.name, ax.extent),
-                format_location(k.loc),
-                fmt::format("set {} to {} (persistent: the whole dim in one block)", bp.name, bp.max));
+          config_error(fmt::format("{} = {} reduces over dim {} (extent {}) in a loop of blocks; the pallas target "
+                                   "needs the whole dim in one block",
+                                   bp.name, b, ax.name, ax.extent),
+                       format_location(k.loc),
+                       fmt::format("set {} to {} (persistent: the whole dim in one block)", bp.name, bp.max));
         }
         block[a] = ax.extent;
       } else {
@@ -281,9 +347,9 @@ class Analysis {
   // A scalar index: the grid index of a one-element (hl::grid) axis (the plan's Scalar term).
   std::string scalar_index(const plan::IndexTerm& t, const ir::Op& op) {
     if (t.grid_axis >= 0 && block[size_t(t.grid_axis)] == 1) {
-      int64_t begin = grid_begin[size_t(t.grid_axis)];
+      int64_t first = begin[size_t(t.grid_axis)];
       std::string name = py_name(k.axes[size_t(t.grid_axis)].name);
-      return begin ? fmt::format("{} + {}", name, begin) : name;
+      return first ? fmt::format("{} + {}", name, first) : name;
     }
     unsupported("indexing with scalars computed on the device",
                 fmt::format("indexes {} with one (only constants and hl::grid indices address whole blocks)",
@@ -291,98 +357,170 @@ class Analysis {
                 where(op));
   }
 
-  // The pallas_call operands: one per distinct block spec of the grid loop (the plan's
-  // de-duplication), its block shape and index map from the spec's index terms.
+  // The block of one access as seen by loop `kind` (the grid's BlockSpec, a resident block
+  // spanning the inner loop's whole extent, or one inner block), and its ref index inside the
+  // kernel. Block indices along grid axes are the grid's names (the index map's arguments).
+  enum class View { Grid, Resident, Streamed };
+  Block make_block(const plan::BlockSpec& s, View view, const Inner* in, std::string& ref_index) {
+    const ir::Op& op = k.ops[size_t(s.op)];
+    const ir::HostTensor& t = k.tensors[size_t(s.tensor)];
+    // Inside the kernel (a nested pipeline's index map, a copy's offsets) the grid's block
+    // indices are b_<axis>; the pallas_call's index maps take them as arguments named <axis>.
+    const std::string g = view == View::Streamed ? "b_" : "";
+    std::vector<std::string> slices;
+    bool sliced = false;
+    Block o;
+    o.tensor = s.tensor;
+    o.output = s.store;
+    o.first_op = s.op;
+    for (size_t d = 0; d < s.index_map.size(); ++d) {
+      const plan::IndexTerm& e = s.index_map[d];
+      int64_t dim = t.shape[d];
+      switch (e.kind) {
+        case plan::IndexTerm::Kind::Constant:
+        case plan::IndexTerm::Kind::Scalar:
+          o.shape.push_back(1);
+          o.reach.push_back(dim);
+          o.squeezed.push_back(true);
+          o.shape_text.push_back("None");
+          o.index.push_back(e.kind == plan::IndexTerm::Kind::Constant ? fmt::format("{}", e.constant)
+                                                                     : g + scalar_index(e, op));
+          o.axis.push_back(-1);
+          if (e.grid_axis >= 0) o.grid_axes.insert(e.grid_axis);
+          continue;
+        case plan::IndexTerm::Kind::Block: {
+          if (e.offset != 0)
+            unsupported("offset slices of a tiled dim",
+                        fmt::format("indexes dim {} of {} at {} + {}", d, t.name, k.axes[size_t(e.axis)].name, e.offset),
+                        where(op));
+          int64_t b = block[size_t(e.axis)];
+          std::string name = py_name(k.axes[size_t(e.axis)].name);
+          std::string constant = "BLOCK_" + upper(name);
+          if (e.grid) name = g + name;
+          o.squeezed.push_back(false);
+          o.axis.push_back(e.axis);
+          if (e.grid) {
+            o.reach.push_back((p.grid_blocks[size_t(grid_position(e.axis))] + e.begin / b) * b);
+            o.shape.push_back(b);
+            o.shape_text.push_back(constant);
+            o.index.push_back(e.begin / b ? fmt::format("{} + {}", name, e.begin / b) : name);
+            o.grid_axes.insert(e.axis);
+            slices.push_back(":");
+          } else if (view == View::Resident) {
+            // The whole extent, padded to whole blocks so that every slice is in the buffer.
+            o.reach.push_back(in->blocks * b + e.begin);
+            o.shape.push_back(in->blocks * b + e.begin);
+            o.shape_text.push_back(fmt::format("{}", in->blocks * b + e.begin));
+            o.index.push_back("0");
+            std::string start = fmt::format("{} * {}", in->index, constant);
+            if (e.begin) start += fmt::format(" + {}", e.begin);
+            slices.push_back(fmt::format("pl.ds({}, {})", start, constant));
+            sliced = true;
+          } else {  // one block of the inner loop: index i (+ the loop's first block)
+            o.reach.push_back((in->blocks + e.begin / b) * b);
+            o.shape.push_back(b);
+            o.shape_text.push_back(constant);
+            o.index.push_back(e.begin / b ? fmt::format("{} + {}", in->index, e.begin / b) : in->index);
+            slices.push_back(":");
+          }
+          continue;
+        }
+        case plan::IndexTerm::Kind::Gather:  // the whole dim: the kernel picks from it (one-hot)
+        case plan::IndexTerm::Kind::Whole:
+        case plan::IndexTerm::Kind::Looped:  // refused by effective_blocks: a TPU block is whole
+          o.squeezed.push_back(false);
+          o.index.push_back("0");
+          o.shape.push_back(dim);
+          o.reach.push_back(dim);
+          if (e.kind != plan::IndexTerm::Kind::Gather && e.offset == 0 && k.axes[size_t(e.axis)].extent == dim) {
+            // A whole dim (hl::all) or a fixed range covering it: one block, index 0.
+            o.shape_text.push_back("BLOCK_" + upper(py_name(k.axes[size_t(e.axis)].name)));
+            o.axis.push_back(e.axis);
+            slices.push_back(":");
+          } else if (e.kind == plan::IndexTerm::Kind::Gather) {
+            o.shape_text.push_back(fmt::format("{}", dim));
+            o.axis.push_back(-1);
+            slices.push_back(":");
+          } else {
+            // Part of a dim at a fixed place: the block holds the whole dim, the kernel slices it.
+            o.shape_text.push_back(fmt::format("{}", dim));
+            o.axis.push_back(-1);
+            slices.push_back(fmt::format("{}:{}", e.offset, e.offset + k.axes[size_t(e.axis)].extent));
+            sliced = true;
+          }
+          continue;
+      }
+    }
+    ref_index = sliced ? fmt::format("[{}]", fmt::join(slices, ", ")) : "[...]";
+    return o;
+  }
+
+  // The pallas_call operands and the inner loops' streams: one per distinct block (the plan's
+  // de-duplication, and equal blocks of different accesses), one HBM operand per tensor that an
+  // inner loop streams.
   void build_operands() {
     std::vector<Operand> found;
-    std::map<int, int> found_of_spec;  // spec -> entry of `found`
+    std::vector<std::pair<int, std::string>> found_access;  // per spec: (found entry, index)
+    std::vector<int> spec_stream(p.operands.size(), -1);
+    std::vector<std::string> spec_index(p.operands.size());
+    std::vector<int> spec_found(p.operands.size(), -1);
+    auto add_found = [&](const Operand& o) {
+      for (size_t f = 0; f < found.size(); ++f)
+        if (found[f].hbm == o.hbm && found[f].block.same_as(o.block)) return int(f);
+      found.push_back(o);
+      return int(found.size() - 1);
+    };
     for (size_t i = 0; i < p.operands.size(); ++i) {
       const plan::BlockSpec& s = p.operands[i];
-      if (s.loop != grid_loop) continue;
       const ir::Op& op = k.ops[size_t(s.op)];
       const ir::HostTensor& t = k.tensors[size_t(s.tensor)];
       if (!s.store && t.role == ir::HostRole::Output)
         unsupported("reading output tensors", fmt::format("reads output {}", t.name), where(op));
       if (s.store && t.role == ir::HostRole::Input)
         unsupported("writing input tensors in place", fmt::format("writes input {}", t.name), where(op));
-      if (t.dtype == DType::i64)
-        unsupported("int64 tensors",
-                    fmt::format("accesses {} (TPUs have no 64-bit vector types)", tensor_label(s.tensor)),
-                    where(op), "pass int32 data");
-      std::vector<std::string> slices;
-      bool sliced = false;
+      if (t.dtype == DType::i64 && s.store)
+        unsupported("int64 outputs", fmt::format("writes {} (TPUs have no 64-bit vector types)", tensor_label(s.tensor)),
+                    where(op), "return int32 data, or run this kernel on the cpu target");
+      const Inner* in = s.loop == grid_loop ? nullptr : inner_for_loop(s.loop);
+      if (s.loop != grid_loop && !in)
+        unsupported("accesses in nested loops", "has one", where(op));
       Operand o;
-      o.tensor = s.tensor;
-      o.output = s.store;
-      o.first_op = s.op;
-      for (size_t d = 0; d < s.index_map.size(); ++d) {
-        const plan::IndexTerm& e = s.index_map[d];
-        int64_t dim = t.shape[d];
-        switch (e.kind) {
-          case plan::IndexTerm::Kind::Gather:
-            unsupported("gathers", fmt::format("indexes {} with a tensor of indices", t.name), where(op));
-          case plan::IndexTerm::Kind::Constant:
-          case plan::IndexTerm::Kind::Scalar:
-            o.block.push_back(1);
-            o.squeezed.push_back(true);
-            o.block_text.push_back("None");
-            o.index.push_back(e.kind == plan::IndexTerm::Kind::Constant ? fmt::format("{}", e.constant)
-                                                                       : scalar_index(e, op));
-            o.axis.push_back(-1);
-            if (e.grid_axis >= 0) o.grid_axes.insert(e.grid_axis);
-            continue;
-          case plan::IndexTerm::Kind::Block: {
-            if (e.offset != 0)
-              unsupported("offset slices of a tiled dim",
-                          fmt::format("indexes dim {} of {} at {} + {}", d, t.name, k.axes[size_t(e.axis)].name,
-                                      e.offset),
-                          where(op));
-            int64_t b = block[size_t(e.axis)];
-            std::string name = py_name(k.axes[size_t(e.axis)].name);
-            o.squeezed.push_back(false);
-            o.block.push_back(b);
-            o.block_text.push_back("BLOCK_" + upper(name));
-            o.index.push_back(e.begin / b ? fmt::format("{} + {}", name, e.begin / b) : name);
-            o.axis.push_back(e.axis);
-            o.grid_axes.insert(e.axis);
-            slices.push_back(":");
-            continue;
-          }
-          case plan::IndexTerm::Kind::Whole:
-          case plan::IndexTerm::Kind::Looped:  // refused by effective_blocks: a TPU block is whole
-            o.squeezed.push_back(false);
-            o.index.push_back("0");
-            if (e.offset == 0 && k.axes[size_t(e.axis)].extent == dim) {
-              // A whole dim (hl::all) or a fixed range covering it: one block, index 0.
-              o.block.push_back(dim);
-              o.block_text.push_back("BLOCK_" + upper(py_name(k.axes[size_t(e.axis)].name)));
-              o.axis.push_back(e.axis);
-              slices.push_back(":");
-            } else {
-              // Part of a dim at a fixed place: the block holds the whole dim, the kernel slices it.
-              o.block.push_back(dim);
-              o.block_text.push_back(fmt::format("{}", dim));
-              o.axis.push_back(-1);
-              slices.push_back(fmt::format("{}:{}", e.offset, e.offset + k.axes[size_t(e.axis)].extent));
-              sliced = true;
-            }
-            continue;
+      if (!in) {
+        o.block = make_block(s, View::Grid, nullptr, spec_index[i]);
+        spec_found[i] = add_found(o);
+      } else if (in->kind == LoopKind::Unroll) {
+        o.block = make_block(s, View::Resident, in, spec_index[i]);
+        spec_found[i] = add_found(o);
+      } else {
+        // Streamed by the loop: the array stays in HBM, the loop stages its blocks.
+        Stream st;
+        st.loop = int(in - inner.data());
+        st.block = make_block(s, View::Streamed, in, spec_index[i]);
+        st.block.buffers = in->buffers;
+        for (size_t d = 0; d < st.block.axis.size(); ++d)
+          if (st.block.axis[d] == in->axis) st.inner_dim = int(d);
+        int same = -1;
+        for (size_t j = 0; j < streams.size(); ++j)
+          if (streams[j].loop == st.loop && streams[j].block.same_as(st.block)) same = int(j);
+        if (same < 0) {
+          o.hbm = true;
+          o.block.tensor = s.tensor;
+          o.block.output = s.store;
+          o.block.first_op = s.op;
+          st.operand = add_found(o);
+          streams.push_back(st);
+          same = int(streams.size() - 1);
+          inner[size_t(st.loop)].streams.push_back(same);
         }
+        spec_stream[i] = same;
       }
-      ref_index[s.op] = sliced ? fmt::format("[{}]", fmt::join(slices, ", ")) : "[...]";
-      if (s.first != int(i) && found_of_spec.count(s.first)) {
-        found_of_spec[int(i)] = found_of_spec[s.first];  // the same block as an earlier access
-        continue;
-      }
-      found_of_spec[int(i)] = int(found.size());
-      found.push_back(o);
     }
 
     // Inputs in tensor order (then first access), then outputs in tensor order.
     std::vector<int> order(found.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = int(i);
     std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
-      const Operand &a = found[size_t(x)], &b = found[size_t(y)];
+      const Block &a = found[size_t(x)].block, &b = found[size_t(y)].block;
       if (a.output != b.output) return !a.output;
       if (a.tensor != b.tensor) return a.tensor < b.tensor;
       return a.first_op < b.first_op;
@@ -390,36 +528,99 @@ class Analysis {
     std::vector<int> operand_of_found(found.size());
     for (int f : order) {
       const Operand& o = found[size_t(f)];
-      if (o.output)
+      if (o.block.output)
         for (const Operand& other : operands)
-          if (other.output && other.tensor == o.tensor)
+          if (other.block.output && other.block.tensor == o.block.tensor)
             unsupported("stores with different block specs to one output",
-                        fmt::format("stores to {} with two", k.tensors[size_t(o.tensor)].name),
-                        where(k.ops[size_t(o.first_op)]));
+                        fmt::format("stores to {} with two", k.tensors[size_t(o.block.tensor)].name),
+                        where(k.ops[size_t(o.block.first_op)]));
       operand_of_found[size_t(f)] = int(operands.size());
       operands.push_back(o);
     }
-    for (auto [spec, f] : found_of_spec) operand_of_op[p.operands[size_t(spec)].op] = operand_of_found[size_t(f)];
-    // Kernel parameter names: <tensor>_ref, numbered when one tensor is read with several specs.
+    for (Stream& st : streams) {
+      st.operand = operand_of_found[size_t(st.operand)];
+      Operand& o = operands[size_t(st.operand)];
+      o.pad_on_tpu = o.pad_on_tpu || inner[size_t(st.loop)].kind == LoopKind::Fori;
+      const std::vector<int64_t>& shape = k.tensors[size_t(o.block.tensor)].shape;
+      if (o.padded.empty()) o.padded = shape;
+      for (size_t d = 0; d < shape.size(); ++d) o.padded[d] = std::max(o.padded[d], st.block.reach[d]);
+    }
+    for (Operand& o : operands)
+      if (o.padded == k.tensors[size_t(o.block.tensor)].shape) o.padded.clear();
+    for (size_t i = 0; i < p.operands.size(); ++i) {
+      Access a;
+      a.index = spec_index[i];
+      if (spec_stream[i] >= 0) {
+        a.stream = spec_stream[i];
+        a.operand = streams[size_t(a.stream)].operand;
+      } else {
+        a.operand = operand_of_found[size_t(spec_found[i])];
+      }
+      access[p.operands[i].op] = a;
+    }
+    // Names: <tensor>_ref (<tensor>_hbm in HBM), numbered when one tensor has several; a
+    // stream's block is <tensor>_<axis> (<tensor>_<axis>_buf for a fori_loop's buffers).
     std::map<int, int> count, seen;
-    for (const Operand& o : operands) ++count[o.tensor];
+    for (const Operand& o : operands) ++count[o.block.tensor];
     for (Operand& o : operands) {
-      std::string base = py_name(k.tensors[size_t(o.tensor)].name);
-      o.ref = count[o.tensor] > 1 ? fmt::format("{}_ref{}", base, seen[o.tensor]++) : base + "_ref";
-      // One buffer when the block is the whole array and never changes; two (the pipeline's
-      // double buffering) otherwise.
-      bool whole = o.grid_axes.empty();
-      for (size_t d = 0; d < o.block.size(); ++d)
-        if (o.block[d] != k.tensors[size_t(o.tensor)].shape[d] || o.index[d] != "0") whole = false;
-      o.buffers = whole ? 1 : 2;
+      std::string base = py_name(k.tensors[size_t(o.block.tensor)].name);
+      std::string suffix = o.hbm ? "_hbm" : "_ref";
+      o.ref = count[o.block.tensor] > 1 ? fmt::format("{}{}{}", base, suffix, seen[o.block.tensor]++) : base + suffix;
+      // One buffer when the block is the whole array and never changes (pl.Buffered(1)); two
+      // (the pipeline's double buffering) otherwise.
+      bool whole = o.block.grid_axes.empty();
+      for (size_t d = 0; d < o.block.shape.size(); ++d)
+        if (o.block.shape[d] < k.tensors[size_t(o.block.tensor)].shape[d] || o.block.index[d] != "0") whole = false;
+      o.block.buffers = o.hbm ? 0 : whole ? 1 : 2;
+    }
+    // A resident block takes its loop's buffer count (1: fetched when its index changes,
+    // without overlap; 2: the next outer step's block is fetched while this one computes).
+    for (size_t i = 0; i < p.operands.size(); ++i) {
+      const Inner* in = inner_for_loop(p.operands[i].loop);
+      Operand& o = operands[size_t(access[p.operands[i].op].operand)];
+      if (in && in->kind == LoopKind::Unroll && o.block.buffers == 2) o.block.buffers = std::min(in->buffers, 2);
+    }
+    std::map<std::string, int> stream_names;
+    for (Stream& st : streams) {
+      const Inner& in = inner[size_t(st.loop)];
+      std::string base = fmt::format("{}_{}", py_name(k.tensors[size_t(st.block.tensor)].name),
+                                     py_name(k.axes[size_t(in.axis)].name));
+      if (in.kind == LoopKind::Fori) base += "_buf";
+      int n = stream_names[base]++;
+      st.ref = n ? fmt::format("{}{}", base, n) : base;
     }
     for (size_t t = 0; t < k.tensors.size(); ++t) {
       if (k.tensors[t].role != ir::HostRole::Output) continue;
       bool stored = std::any_of(operands.begin(), operands.end(),
-                                [&](const Operand& o) { return o.output && o.tensor == int(t); });
+                                [&](const Operand& o) { return o.block.output && o.block.tensor == int(t); });
       if (!stored)
-        unsupported("outputs the grid loop never stores", fmt::format("never stores {}", k.tensors[t].name),
+        unsupported("outputs the kernel never stores", fmt::format("never stores {}", k.tensors[t].name),
                     format_location(k.loc));
+    }
+  }
+
+  // A filled output (the target of hl::atomic_add) keeps its block in VMEM across the grid steps
+  // that revisit it, which a TPU does only while the steps are consecutive: the grid axes it
+  // does not move along must run inside (faster than) those it does.
+  void check_revisits() {
+    for (const Operand& o : operands) {
+      const ir::HostTensor& t = k.tensors[size_t(o.block.tensor)];
+      if (!o.block.output || !t.fill) continue;
+      if (o.hbm)
+        unsupported("hl::atomic_add inside inner loops", fmt::format("adds into {} in one", t.name),
+                    where(k.ops[size_t(o.block.first_op)]));
+      int last_moving = -1;
+      for (size_t i = 0; i < p.grid_axes.size(); ++i)
+        if (o.block.grid_axes.count(p.grid_axes[i])) last_moving = int(i);
+      for (int i = 0; i < last_moving; ++i) {
+        int a = p.grid_axes[size_t(i)];
+        if (o.block.grid_axes.count(a) || p.grid_blocks[size_t(i)] <= 1) continue;
+        config_error(
+            fmt::format("{} is revisited along grid axis {}, which runs outside an axis its blocks move along: a "
+                        "TPU writes a block back when the grid moves on, so the additions would not meet",
+                        t.name, k.axes[size_t(a)].name),
+            format_location(k.loc), fmt::format("choose a grid_order with {} last", k.axes[size_t(a)].name));
+      }
     }
   }
 
@@ -457,7 +658,7 @@ class Analysis {
     switch (op.kind) {
       case OpKind::Full: return {op.number.integer, op.number.integer};
       case OpKind::ScalarArg: return {INT32_MIN, INT32_MAX};  // the executable checks int64 ones
-      case OpKind::TileIndex: return {op.axis < 0 ? 0 : grid_begin[size_t(op.axis)], extent(op.axis) - 1};
+      case OpKind::TileIndex: return {op.axis < 0 ? 0 : begin[size_t(op.axis)], extent(op.axis) - 1};
       case OpKind::TileBegin:
       case OpKind::TileEnd: return {0, extent(op.axis)};
       case OpKind::TileSize: return {1, block[size_t(op.axis)]};
@@ -503,7 +704,8 @@ class Analysis {
         __int128 n = extent(k.value(op.inputs[0]).dims[size_t(op.dim)]);  // at most this many add up
         return clamp(std::min<__int128>(a.lo, 0) * n, std::max<__int128>(a.hi, 0) * n);
       }
-      case OpKind::Load: return of_dtype(val.dtype);
+      // int64 tensors arrive narrowed to int32 (the host checks every element's range).
+      case OpKind::Load: return of_dtype(val.dtype == DType::i64 ? DType::i32 : val.dtype);
       case OpKind::Dot:
       case OpKind::Store: break;
     }
@@ -513,9 +715,8 @@ class Analysis {
   // A TPU computes integers in 32 bits. An int64 value the body computes must provably fit in
   // int32, or the kernel is rejected naming it: narrowing it would change the result.
   void check_integer_ranges() {
-    for (int o : body) {
-      const ir::Op& op = k.ops[size_t(o)];
-      if (op.result < 0 || !needed[size_t(op.result)] || k.value(op.result).dtype != DType::i64) continue;
+    for (const ir::Op& op : k.ops) {
+      if (op.result < 0 || !p.computed[size_t(op.result)] || k.value(op.result).dtype != DType::i64) continue;
       Range r = range(op.result);
       if (fits_int32(r)) continue;
       auto bound = [](__int128 x) {
@@ -534,28 +735,6 @@ class Analysis {
   }
 
   std::map<ir::ValueId, Range> ranges;
-
-  // Values the body must compute: what stores depend on (index-only values are not needed:
-  // the index maps compute them).
-  void mark_needed() {
-    needed.assign(k.values.size(), false);
-    std::vector<ir::ValueId> work;
-    for (int o : body) {
-      const ir::Op& op = k.ops[size_t(o)];
-      if (op.kind == OpKind::Store) work.push_back(op.inputs.back());
-    }
-    while (!work.empty()) {
-      ir::ValueId v = work.back();
-      work.pop_back();
-      if (needed[size_t(v)]) continue;
-      needed[size_t(v)] = true;
-      int def = k.value(v).def_op;
-      if (def < 0) continue;
-      const ir::Op& op = k.ops[size_t(def)];
-      if (op.kind == OpKind::Load) continue;  // its index is the operand's index map
-      for (ir::ValueId in : op.inputs) work.push_back(in);
-    }
-  }
 };
 
 // Shape of a value in the kernel: one entry per IR dim (size-one dims stay, as 1).
@@ -565,33 +744,64 @@ std::vector<int64_t> value_shape(const Analysis& an, ir::ValueId v) {
   return s;
 }
 
+int64_t value_bytes(const Analysis& an, ir::ValueId v) {
+  return padded_vmem_bytes(an.chip, value_shape(an, v), kernel_type(an.k.value(v).dtype));
+}
+
+// Peak bytes of the block values a loop body keeps live at once (program order; a value lives
+// from its definition to its last use, an inner loop's peak adds to what lives across it).
+int64_t peak_temporaries(const Analysis& an, int loop_id) {
+  const ir::Kernel& k = an.k;
+  const ir::Loop& loop = k.loops[size_t(loop_id)];
+  std::vector<int> defined_at(k.values.size(), -1), last_use(k.values.size(), -1);
+  std::vector<int64_t> inner_peak(loop.body.size(), 0);
+  auto uses = [&](const ir::Loop& l, auto&& self, int pos) -> void {
+    for (const ir::Stmt& s : l.body) {
+      if (s.kind == ir::Stmt::Kind::Loop) {
+        self(k.loops[size_t(s.id)], self, pos);
+        continue;
+      }
+      for (ir::ValueId in : k.ops[size_t(s.id)].inputs) last_use[size_t(in)] = std::max(last_use[size_t(in)], pos);
+    }
+    for (const ir::Carried& c : l.carried) last_use[size_t(c.init)] = std::max(last_use[size_t(c.init)], pos);
+  };
+  for (size_t pos = 0; pos < loop.body.size(); ++pos) {
+    const ir::Stmt& s = loop.body[pos];
+    if (s.kind == ir::Stmt::Kind::Loop) {
+      uses(k.loops[size_t(s.id)], uses, int(pos));
+      inner_peak[pos] = peak_temporaries(an, s.id);
+      for (const ir::Carried& c : k.loops[size_t(s.id)].carried) defined_at[size_t(c.result)] = int(pos);
+      continue;
+    }
+    const ir::Op& op = k.ops[size_t(s.id)];
+    if (op.result >= 0 && !an.p.computed[size_t(op.result)]) continue;
+    if (op.result >= 0) defined_at[size_t(op.result)] = int(pos);
+    for (ir::ValueId in : op.inputs) last_use[size_t(in)] = std::max(last_use[size_t(in)], int(pos));
+  }
+  for (const ir::Carried& c : loop.carried) defined_at[size_t(c.phi)] = 0;
+  int64_t peak = 0;
+  for (size_t pos = 0; pos < loop.body.size(); ++pos) {
+    int64_t live = inner_peak[pos];
+    for (size_t v = 0; v < k.values.size(); ++v) {
+      if (defined_at[v] < 0 || size_t(defined_at[v]) > pos || std::max(last_use[v], defined_at[v]) < int(pos)) continue;
+      live += value_bytes(an, ir::ValueId(v));
+    }
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
 Footprint footprint(const Analysis& an) {
   Footprint f;
   const ir::Kernel& k = an.k;
   for (const Operand& o : an.operands)
-    f.operands += int64_t(o.buffers) * padded_vmem_bytes(an.chip, o.block, k.tensors[size_t(o.tensor)].dtype);
-  // Peak of the live block values over the body (program order; a value lives from its
-  // definition to its last use).
-  std::vector<int> last_use(k.values.size(), -1);
-  std::vector<int> defined_at(k.values.size(), -1);
-  std::vector<int> ops;
-  for (int o : an.body) {
-    const ir::Op& op = k.ops[size_t(o)];
-    if (op.result >= 0 && !an.needed[size_t(op.result)]) continue;
-    int pos = int(ops.size());
-    ops.push_back(o);
-    if (op.result >= 0) defined_at[size_t(op.result)] = pos;
-    for (ir::ValueId in : op.inputs) last_use[size_t(in)] = pos;
-  }
-  for (size_t pos = 0; pos < ops.size(); ++pos) {
-    int64_t live = 0;
-    for (size_t v = 0; v < k.values.size(); ++v) {
-      if (defined_at[v] < 0 || size_t(defined_at[v]) > pos || std::max(last_use[v], defined_at[v]) < int(pos))
-        continue;
-      live += padded_vmem_bytes(an.chip, value_shape(an, ir::ValueId(v)), kernel_type(k.values[v].dtype));
-    }
-    f.temporaries = std::max(f.temporaries, live);
-  }
+    f.operands += int64_t(o.block.buffers) * padded_vmem_bytes(an.chip, o.block.shape, k.tensors[size_t(o.block.tensor)].dtype);
+  for (const Stream& st : an.streams)
+    f.pipelines += int64_t(st.block.buffers) * padded_vmem_bytes(an.chip, st.block.shape, k.tensors[size_t(st.block.tensor)].dtype);
+  for (const Inner& in : an.inner)
+    if (in.kind != LoopKind::Unroll)
+      for (int c : in.carried) f.scratch += value_bytes(an, an.p.carried[size_t(c)].phi);
+  f.temporaries = peak_temporaries(an, an.grid_loop);
   return f;
 }
 
@@ -621,18 +831,38 @@ class Generator {
   std::string out_;
   std::set<int> used_pids_;  // grid positions whose program_id the body reads
   std::map<std::pair<int, std::vector<int>>, std::string> masks_;  // (axis, dims) -> in-range mask
+  std::set<std::string> mask_names_;
+  std::vector<std::string> scratch_refs_, scratch_shapes_;  // kernel parameters after the outputs
+  const Inner* current_ = nullptr;  // the inner loop being written, if any
+  bool fori_slot_ = false;
 
   std::string kernel_name() const { return py_name(k_.name) + "_kernel"; }
-  std::string axis_const(int a) const { return "BLOCK_" + upper(py_name(k_.axes[size_t(a)].name)); }
+  std::string axis_name(int a) const { return py_name(k_.axes[size_t(a)].name); }
+  std::string axis_const(int a) const { return "BLOCK_" + upper(axis_name(a)); }
+  const Inner* inner_of(int a) const {
+    int i = an_.inner_of_axis[size_t(a)];
+    return i < 0 ? nullptr : &an_.inner[size_t(i)];
+  }
+  // The block index along axis a: the grid's program id, or the inner loop's index.
   std::string pid(int a) {
-    used_pids_.insert(an_.grid_pos[size_t(a)]);
-    return "b_" + py_name(k_.axes[size_t(a)].name);
+    if (const Inner* in = inner_of(a)) {
+      uses_index_ = true;
+      return in->index;
+    }
+    used_pids_.insert(an_.grid_position(a));
+    return "b_" + axis_name(a);
   }
   // First element index of the current block along tiled axis a.
   std::string block_start(int a) {
-    int64_t begin = an_.grid_begin[size_t(a)];
+    int64_t first = an_.begin[size_t(a)];
     std::string s = an_.block[size_t(a)] == 1 ? pid(a) : fmt::format("{} * {}", pid(a), axis_const(a));
-    return begin ? fmt::format("{} + {}", s, begin) : s;
+    return first ? fmt::format("{} + {}", s, first) : s;
+  }
+  // One past the last index the loop over axis a covers.
+  std::string axis_end(int a) const {
+    const Inner* in = inner_of(a);
+    if (in && in->end >= 0) return var(in->end);
+    return fmt::format("{}", k_.axes[size_t(a)].extent);
   }
   static std::string var(ir::ValueId v) { return fmt::format("v{}", v); }
 
@@ -650,11 +880,32 @@ class Generator {
   std::vector<std::string> tensor_comments() const {
     std::vector<std::string> lines;
     for (const ir::HostTensor& t : k_.tensors)
-      lines.push_back(fmt::format("{} {}: {}[{}]", t.role == ir::HostRole::Input ? "input " : "output",
-                                  shown(t.name), dtype_name(t.dtype), fmt::join(t.shape, ", ")));
+      lines.push_back(fmt::format("{} {}: {}[{}]{}", t.role == ir::HostRole::Input ? "input " : "output",
+                                  shown(t.name), dtype_name(t.dtype), fmt::join(t.shape, ", "),
+                                  t.dtype == DType::i64 ? " (passed as int32: the host narrows it, checking the range)"
+                                                        : ""));
     for (const ir::ScalarParam& s : k_.scalars)
       lines.push_back(fmt::format("scalar {}: {}", shown(s.name), dtype_name(s.dtype)));
     return lines;
+  }
+
+  std::string loop_summary(const Inner& in) const {
+    const std::string& axis = k_.axes[size_t(in.axis)].name;
+    std::string count = in.end >= 0 ? fmt::format("up to {} blocks", in.blocks) : fmt::format("{} blocks", in.blocks);
+    std::string how;
+    std::string config = fmt::format("{} = {}", config::keys::inner_loop(axis), p_.config.text(config::keys::inner_loop(axis)));
+    switch (in.kind) {
+      case LoopKind::Unroll: how = "unrolled at trace time, its operands resident in VMEM"; break;
+      case LoopKind::Pipeline:
+        how = fmt::format("a nested pltpu.emit_pipeline, {} buffers per streamed operand", in.buffers);
+        break;
+      case LoopKind::Fori:
+        how = fmt::format("jax.lax.fori_loop with hand-written copies, {}", in.buffers == 1 ? "single-buffered" : "double-buffered");
+        break;
+    }
+    if (in.kind != LoopKind::Unroll && p_.config.has(config::keys::buffers(axis)))
+      config += fmt::format(", {} = {}", config::keys::buffers(axis), p_.config.integer(config::keys::buffers(axis)));
+    return fmt::format("inner loop over {} ({} of {}): {} ({})", axis, count, axis_const(in.axis), how, config);
   }
 
   void header() {
@@ -667,14 +918,13 @@ class Generator {
     for (size_t i = 0; i < p_.grid_axes.size(); ++i)
       g.push_back(fmt::format("{}: {}", k_.axes[size_t(p_.grid_axes[i])].name, p_.grid_blocks[i]));
     out_ += fmt::format("# grid: {} steps ({}), last axis fastest\n", p_.grid_size(), fmt::join(g, ", "));
-    out_ += fmt::format(
-        "# VMEM on {}: {} operand buffers + {} temporaries = {} with {:.0f}% headroom; scoped limit {}\n",
-        chip.name, human_bytes(f.operands), human_bytes(f.temporaries), human_bytes(f.needed()),
-        kVmemHeadroom * 100, human_bytes(chip.scoped_vmem_bytes));
+    for (const Inner& in : an_.inner) out_ += "# " + loop_summary(in) + "\n";
+    out_ += fmt::format("# VMEM on {}: {}; limit {} (physical {})\n", chip.name, f.describe(), human_bytes(vmem_limit(f)),
+                        human_bytes(chip.vmem_bytes));
     out_ +=
         "# Runs in TPU interpret mode on a CPU by default; run(..., interpret=False) compiles for a TPU.\n";
     out_ += "# Partial edge blocks: out-of-range input elements are garbage (NaN in interpret mode) and\n";
-    out_ += "# out-of-range writes are dropped; reductions over a partial block are masked.\n";
+    out_ += "# out-of-range writes are dropped; reductions and products over a partial block are masked.\n";
     if (!k_.scalars.empty()) out_ += "import functools\n\n";
     out_ += "import jax\n";
     out_ += "import jax.numpy as jnp\n";
@@ -682,19 +932,21 @@ class Generator {
     out_ += "from jax.experimental.pallas import tpu as pltpu\n\n";
   }
 
+  int64_t vmem_limit(const Footprint& f) const { return vmem_limit_bytes(an_.chip, f); }
+
   void constants() {
     out_ += "# Block sizes in elements, per axis.\n";
     for (size_t a = 0; a < k_.axes.size(); ++a) {
       const ir::Axis& ax = k_.axes[a];
       std::string what;
       if (ax.kind == ir::AxisKind::Tile && ax.scalar) {
-        what = fmt::format("grid index {}: one element per step, {} steps", ax.name,
-                           ax.extent - an_.grid_begin[a]);
+        what = fmt::format("grid index {}: one element per step, {} steps", ax.name, ax.extent - an_.begin[a]);
       } else if (ax.kind == ir::AxisKind::Tile) {
-        int64_t span = ax.extent - an_.grid_begin[a];
+        int64_t span = ax.extent - an_.begin[a];
         int64_t blocks = (span + an_.block[a] - 1) / an_.block[a];
-        what = fmt::format("tiled dim {}: {} elements in {} block{}{}", ax.name, span, blocks,
-                           blocks == 1 ? "" : "s", an_.partial[a] ? ", the last one partial" : "");
+        bool ragged = span % an_.block[a] != 0;
+        what = fmt::format("{} dim {}: {} elements in {} block{}{}", inner_of(int(a)) ? "inner-loop" : "tiled", ax.name,
+                           span, blocks, blocks == 1 ? "" : "s", ragged ? ", the last one partial" : "");
         if (an_.block[a] != p_.block[a])
           what += fmt::format(" ({} = {} covers it)", an_.block_param(int(a)), p_.block[a]);
       } else if (ax.kind == ir::AxisKind::Reduction) {
@@ -716,15 +968,18 @@ class Generator {
 
   // ---- the kernel function ----
 
+  using Lines = std::vector<std::string>;
+  static void indent(Lines& lines, const Lines& body, int n = 1) {
+    std::string pad(size_t(4 * n), ' ');
+    for (const std::string& l : body) lines.push_back(l.empty() ? l : pad + l);
+  }
+
   std::string kernel() {
-    std::vector<std::string> lines;
-    for (int o : an_.body) {
-      const ir::Op& op = k_.ops[size_t(o)];
-      if (op.result >= 0 && !an_.needed[size_t(op.result)]) continue;
-      statement(op, lines);
-    }
+    Lines lines;
+    body(an_.grid_loop, lines);
     std::vector<std::string> params;
     for (const Operand& o : an_.operands) params.push_back(o.ref);
+    params.insert(params.end(), scratch_refs_.begin(), scratch_refs_.end());
     std::string sig = fmt::format("def {}({}", kernel_name(), fmt::join(params, ", "));
     if (!k_.scalars.empty()) {
       std::vector<std::string> s;
@@ -737,24 +992,254 @@ class Generator {
         shown(k_.name));
     for (size_t i = 0; i < p_.grid_axes.size(); ++i)
       if (used_pids_.count(int(i)))
-        text += fmt::format("    b_{} = pl.program_id({})  # block index along {}\n",
-                            py_name(k_.axes[size_t(p_.grid_axes[i])].name), i,
+        text += fmt::format("    b_{} = pl.program_id({})  # block index along {}\n", axis_name(p_.grid_axes[i]), i,
                             k_.axes[size_t(p_.grid_axes[i])].name);
     text += fill_outputs();
-    for (const std::string& l : lines) text += "    " + l + "\n";
+    while (!lines.empty() && lines.back().empty()) lines.pop_back();
+    for (const std::string& l : lines) text += l.empty() ? "\n" : "    " + l + "\n";
     return text;
   }
+
+  // The statements of a loop body, in program order.
+  void body(int loop, Lines& lines) {
+    for (const ir::Stmt& s : k_.loops[size_t(loop)].body) {
+      if (s.kind == ir::Stmt::Kind::Loop) {
+        inner_loop(*an_.inner_for_loop(s.id), lines);
+        continue;
+      }
+      const ir::Op& op = k_.ops[size_t(s.id)];
+      if (op.result >= 0 && !p_.computed[size_t(op.result)]) continue;
+      statement(op, lines);
+    }
+  }
+
+  std::string add_scratch(const std::string& name, const std::string& shape) {
+    scratch_refs_.push_back(name);
+    scratch_shapes_.push_back(shape);
+    return name;
+  }
+  std::string carry_name(const plan::CarriedValue& c) const {
+    const std::string& hint = k_.value(c.phi).hint;
+    return (hint.empty() ? fmt::format("c{}", c.phi) : py_name(hint)) + "_carry";
+  }
+  std::string vmem_shape(const std::vector<std::string>& shape, DType t) const {
+    return fmt::format("pltpu.VMEM({}, {})", py_tuple(shape), jnp_type(kernel_type(t)));
+  }
+  // Text of a carried value's initial value at the phi's dims.
+  std::string carried_init(const plan::CarriedValue& c, const ir::Op& at) const {
+    return align(var(c.init), k_.value(c.init).dims, k_.value(c.phi).dims, true, at);
+  }
+
+  void inner_loop(const Inner& in, Lines& lines) {
+    const ir::Loop& loop = k_.loops[size_t(in.loop)];
+    const ir::Op& any = k_.ops[size_t(first_op(loop))];
+    std::string loc = shown(format_location(loop.loc));
+    std::string axis = axis_name(in.axis);
+    if (!lines.empty() && !lines.back().empty()) lines.push_back("");
+    lines.push_back(fmt::format("# {}  ({})", loop_summary(in), loc));
+    auto saved_masks = masks_;
+    const Inner* saved = current_;
+    current_ = &in;
+    uses_index_ = false;
+    std::string trips =
+        in.end >= 0 ? fmt::format("pl.cdiv({} - {}, {})", var(in.end), in.begin, axis_const(in.axis)) : fmt::format("{}", in.blocks);
+    std::vector<const plan::CarriedValue*> carried;
+    for (int c : in.carried) carried.push_back(&p_.carried[size_t(c)]);
+
+    if (in.kind == LoopKind::Unroll) {
+      for (const auto* c : carried)
+        lines.push_back(fmt::format("{} = {}  # {} enters the loop", var(c->phi), carried_init(*c, any), value_label(c->phi)));
+      Lines inside;
+      body(in.loop, inside);
+      std::vector<std::string> phis, nexts;
+      for (const auto* c : carried) {
+        phis.push_back(var(c->phi));
+        nexts.push_back(align(var(c->next), k_.value(c->next).dims, k_.value(c->phi).dims, true, any));
+      }
+      if (!carried.empty()) inside.push_back(fmt::format("{} = {}", fmt::join(phis, ", "), fmt::join(nexts, ", ")));
+      lines.push_back(fmt::format("for {} in range({}):  # at trace time", in.index, in.blocks));
+      indent(lines, inside);
+      for (const auto* c : carried) lines.push_back(fmt::format("{} = {}", var(c->result), var(c->phi)));
+    } else {
+      // Carried values live in VMEM scratch across the loop's steps.
+      std::vector<std::string> carry_refs;
+      for (const auto* c : carried) {
+        std::string ref = add_scratch(carry_name(*c), vmem_shape(shape_of(k_.value(c->phi).dims), k_.value(c->phi).dtype));
+        carry_refs.push_back(ref);
+        lines.push_back(fmt::format("{}[...] = {}  # {} enters the loop", ref, carried_init(*c, any), value_label(c->phi)));
+      }
+      Lines inside;
+      for (size_t i = 0; i < carried.size(); ++i)
+        inside.push_back(fmt::format("{} = {}[...]", var(carried[i]->phi), carry_refs[i]));
+      body(in.loop, inside);
+      for (size_t i = 0; i < carried.size(); ++i)
+        inside.push_back(fmt::format("{}[...] = {}", carry_refs[i],
+                                     align(var(carried[i]->next), k_.value(carried[i]->next).dims,
+                                           k_.value(carried[i]->phi).dims, true, any)));
+      if (in.kind == LoopKind::Pipeline)
+        pipeline(in, axis, trips, inside, lines);
+      else
+        fori(in, axis, trips, inside, lines);
+      for (size_t i = 0; i < carried.size(); ++i)
+        lines.push_back(fmt::format("{} = {}[...]  # {} after the loop", var(carried[i]->result), carry_refs[i],
+                                    value_label(carried[i]->phi)));
+    }
+    lines.push_back("");
+    current_ = saved;
+    masks_ = saved_masks;
+  }
+
+  int first_op(const ir::Loop& loop) const {
+    for (const ir::Stmt& s : loop.body)
+      if (s.kind == ir::Stmt::Kind::Op) return s.id;
+    return 0;
+  }
+  std::string value_label(ir::ValueId v) const {
+    const std::string& hint = k_.value(v).hint;
+    return hint.empty() ? fmt::format("%{}", v) : shown(hint);
+  }
+
+  // The index map (or copy offsets) of a stream's block: the grid's block indices and the
+  // loop's index.
+  std::vector<std::string> stream_index(const Stream& st) {
+    for (int a : st.block.grid_axes) pid(a);
+    return st.block.index;
+  }
+  std::string stream_spec(const Stream& st) {
+    const Inner& in = an_.inner[size_t(st.loop)];
+    std::string mode = !st.block.output && st.block.buffers != 2 ? fmt::format(", pipeline_mode=pl.Buffered({})", st.block.buffers) : "";
+    return fmt::format("pl.BlockSpec({}, lambda {}: {}{})", py_tuple(st.block.shape_text), in.index,
+                       py_tuple(stream_index(st)), mode);
+  }
+
+  void pipeline(const Inner& in, const std::string& axis, const std::string& trips, Lines& inside, Lines& lines) {
+    std::vector<std::string> params, in_specs, out_specs, hbm_in, hbm_out;
+    for (int s : in.streams) {
+      const Stream& st = an_.streams[size_t(s)];
+      (st.block.output ? out_specs : in_specs).push_back(stream_spec(st));
+      (st.block.output ? hbm_out : hbm_in).push_back(an_.operands[size_t(st.operand)].ref);
+    }
+    for (int pass : {0, 1})
+      for (int s : in.streams)
+        if (an_.streams[size_t(s)].block.output == bool(pass)) params.push_back(an_.streams[size_t(s)].ref);
+    if (uses_index_) {
+      std::string step = add_scratch(axis + "_index", "pltpu.SMEM((1,), jnp.int32)");
+      lines.push_back(fmt::format("{}[0] = 0  # the pipeline's step: {}'s block index", step, axis));
+      inside.insert(inside.begin(), fmt::format("{} = {}[0]", in.index, step));
+      inside.push_back(fmt::format("{}[0] = {} + 1", step, in.index));
+      uses_index_ = false;
+    }
+    lines.push_back("");
+    lines.push_back(fmt::format("def {}_body({}):", axis, fmt::join(params, ", ")));
+    indent(lines, inside);
+    lines.push_back("");
+    lines.push_back("pltpu.emit_pipeline(");
+    lines.push_back(fmt::format("    {}_body,", axis));
+    lines.push_back(fmt::format("    grid=({},),", trips));
+    auto list = [&](const char* name, const std::vector<std::string>& specs) {
+      if (specs.empty()) return;
+      lines.push_back(fmt::format("    {}=[", name));
+      for (const std::string& s : specs) lines.push_back(fmt::format("        {},", s));
+      lines.push_back("    ],");
+    };
+    list("in_specs", in_specs);
+    list("out_specs", out_specs);
+    std::vector<std::string> refs = hbm_in;
+    refs.insert(refs.end(), hbm_out.begin(), hbm_out.end());
+    lines.push_back(fmt::format(")({})", fmt::join(refs, ", ")));
+  }
+
+  // A fori_loop: each step copies its blocks from HBM into VMEM buffers by hand (the next
+  // step's while this one computes, when double-buffered), and its stores back.
+  void fori(const Inner& in, const std::string& axis, const std::string& trips, Lines& inside, Lines& lines) {
+    int slots = in.buffers;
+    std::vector<const Stream*> reads, writes;
+    for (int s : in.streams) (an_.streams[size_t(s)].block.output ? writes : reads).push_back(&an_.streams[size_t(s)]);
+    std::string sems = add_scratch(axis + "_sems", fmt::format("pltpu.SemaphoreType.DMA(({}, {}))", in.streams.size(), slots));
+    int sem = 0;
+    auto copies = [&](const std::vector<const Stream*>& list, const std::string& name, bool to_hbm) {
+      if (list.empty()) return;
+      lines.push_back(fmt::format("def {}(i, slot):", name));
+      lines.push_back(fmt::format("    \"\"\"The copies of block i of {} {} buffer `slot`.\"\"\"", axis,
+                                  to_hbm ? "from" : "into"));
+      lines.push_back("    return [");
+      for (const Stream* st : list) {
+        std::vector<std::string> idx = stream_index(*st), at;
+        for (size_t d = 0; d < idx.size(); ++d) {
+          if (st->block.squeezed[d]) {
+            at.push_back(idx[d]);
+            continue;
+          }
+          std::string e = st->block.axis[d] == in.axis ? "i" + idx[d].substr(in.index.size()) : idx[d];
+          std::string start = e == "0" ? "0"
+                              : e.find(' ') == std::string::npos
+                                  ? fmt::format("{} * {}", e, st->block.shape_text[d])
+                                  : fmt::format("({}) * {}", e, st->block.shape_text[d]);
+          at.push_back(fmt::format("pl.ds({}, {})", start, st->block.shape_text[d]));
+        }
+        std::string hbm = fmt::format("{}.at[{}]", an_.operands[size_t(st->operand)].ref, fmt::join(at, ", "));
+        std::string buf = fmt::format("{}.at[slot]", st->ref);
+        lines.push_back(fmt::format("        pltpu.make_async_copy({}, {}, {}.at[{}, slot]),", to_hbm ? buf : hbm,
+                                    to_hbm ? hbm : buf, sems, sem++));
+        std::vector<std::string> shape = {fmt::format("{}", slots)};
+        for (size_t d = 0; d < st->block.shape_text.size(); ++d)
+          if (!st->block.squeezed[d]) shape.push_back(st->block.shape_text[d]);
+        add_scratch(st->ref, fmt::format("pltpu.VMEM({}, {})", py_tuple(shape), jnp_type(k_.tensors[size_t(st->block.tensor)].dtype)));
+      }
+      lines.push_back("    ]");
+      lines.push_back("");
+    };
+    std::string read_fn = axis + "_reads", write_fn = axis + "_writes";
+    copies(reads, read_fn, false);
+    copies(writes, write_fn, true);
+    Lines step;
+    step.push_back(slots == 2 ? fmt::format("slot = {} % 2", in.index) : "slot = 0");
+    if (!reads.empty()) {
+      if (slots == 2) {
+        step.push_back(fmt::format("@pl.when({} + 1 < {})", in.index, trips));
+        step.push_back("def _prefetch():  # the next block, while this one computes");
+        step.push_back(fmt::format("    for c in {}({} + 1, 1 - slot):", read_fn, in.index));
+        step.push_back("        c.start()");
+        step.push_back("");
+      } else {
+        step.push_back(fmt::format("for c in {}({}, slot):", read_fn, in.index));
+        step.push_back("    c.start()");
+      }
+      step.push_back(fmt::format("for c in {}({}, slot):", read_fn, in.index));
+      step.push_back("    c.wait()");
+    }
+    uses_index_ = false;
+    step.insert(step.end(), inside.begin(), inside.end());
+    if (!writes.empty()) {
+      step.push_back(fmt::format("for c in {}({}, slot):", write_fn, in.index));
+      step.push_back("    c.start()");
+      step.push_back(fmt::format("for c in {}({}, slot):", write_fn, in.index));
+      step.push_back("    c.wait()");
+    }
+    step.push_back("return carry");
+    if (!reads.empty() && slots == 2) {
+      lines.push_back(fmt::format("for c in {}(0, 0):  # the first block", read_fn));
+      lines.push_back("    c.start()");
+      lines.push_back("");
+    }
+    lines.push_back(fmt::format("def {}_body({}, carry):", axis, in.index));
+    indent(lines, step);
+    lines.push_back("");
+    lines.push_back(fmt::format("jax.lax.fori_loop(0, {}, {}_body, 0)", trips, axis));
+  }
+
+  bool uses_index_ = false;  // the inner loop's body read its block index
 
   // Outputs made by hl::zeros / hl::full in host code: each block is set on its first visit,
   // when the grid axes it does not move along (sequential, "arbitrary") are at their start.
   std::string fill_outputs() const {
     std::string text;
     for (const Operand& o : an_.operands) {
-      const ir::HostTensor& t = k_.tensors[size_t(o.tensor)];
-      if (!o.output || !t.fill) continue;
+      const ir::HostTensor& t = k_.tensors[size_t(o.block.tensor)];
+      if (!o.block.output || !t.fill) continue;
       std::vector<std::string> first;
       for (size_t i = 0; i < p_.grid_axes.size(); ++i)
-        if (!o.grid_axes.count(p_.grid_axes[i]) && p_.grid_blocks[i] > 1)
+        if (!o.block.grid_axes.count(p_.grid_axes[i]) && p_.grid_blocks[i] > 1)
           first.push_back(fmt::format("pl.program_id({}) == 0", i));
       std::string fill = fmt::format("{}[...] = jnp.full({}.shape, {}, {}.dtype)", o.ref, o.ref,
                                      literal(*t.fill, kernel_type(t.dtype)), o.ref);
@@ -770,7 +1255,6 @@ class Generator {
     }
     return text;
   }
-
   // Converts a kernel value of IR dtype `from` to IR dtype `to` (rounding to bf16/f16 where
   // the IR casts to them, as the cpu target does).
   static std::string convert(const std::string& e, DType from, DType to) {
@@ -831,13 +1315,12 @@ class Generator {
     auto it = masks_.find(key);
     if (it != masks_.end()) return it->second;
     std::string base = fmt::format("valid_{}", py_name(k_.axes[size_t(axis)].name)), name = base;
-    for (int n = 1;
-         std::any_of(masks_.begin(), masks_.end(), [&](const auto& m) { return m.second == name; }); ++n)
-      name = fmt::format("{}_{}", base, n);
+    for (int n = 1; mask_names_.count(name); ++n) name = fmt::format("{}_{}", base, n);
+    mask_names_.insert(name);
     lines.push_back(
         fmt::format("{} = {} + jax.lax.broadcasted_iota(jnp.int32, {}, {}) < {}  # in range along {} "
                     "(its last block is partial)",
-                    name, block_start(axis), py_tuple(shape_of(dims)), pos, k_.axes[size_t(axis)].extent,
+                    name, block_start(axis), py_tuple(shape_of(dims)), pos, axis_end(axis),
                     k_.axes[size_t(axis)].name));
     masks_[key] = name;
     return name;
@@ -911,20 +1394,113 @@ class Generator {
     return dims;
   }
 
+  // The ref an access reads or writes and its index: a pallas_call block (sliced by a resident
+  // loop), a nested pipeline's block, or a fori_loop's buffer slot.
+  std::pair<std::string, std::string> block_ref(int op) {
+    const Access& a = an_.access.at(op);
+    if (current_ && a.index.find(current_->index) != std::string::npos) uses_index_ = true;
+    if (a.stream < 0) return {an_.operands[size_t(a.operand)].ref, a.index};
+    const Stream& st = an_.streams[size_t(a.stream)];
+    if (an_.inner[size_t(st.loop)].kind != LoopKind::Fori) return {st.ref, a.index};
+    return {st.ref, a.index == "[...]" ? "[slot]" : "[slot, " + a.index.substr(1)};
+  }
+
+  static bool gathers(const ir::Op& op) {
+    return std::any_of(op.index.begin(), op.index.end(), [](const ir::Index& e) { return e.kind == ir::Index::Kind::Gather; });
+  }
+
+  // x[..., idx, ...] with a block of indices: the block holds the whole gathered dim, and each
+  // element is picked by comparing the dim's positions with its index (a one-hot select, which
+  // a TPU vectorises; dynamic gathers it does not).
+  std::string one_hot(const ir::Op& op, const std::string& block, Lines& lines) {
+    const ir::Value& r = k_.value(op.result);
+    std::vector<int> kept;  // the block's other dims, in order
+    int pos = 0, gather_pos = -1;
+    ir::ValueId idx = -1;
+    for (const ir::Index& e : op.index) {
+      if (e.kind == ir::Index::Kind::Axis) kept.push_back(e.axis);
+      if (e.kind == ir::Index::Kind::Gather) {
+        if (gather_pos >= 0)
+          throw CompileError(fmt::format("the pallas target does not support gathers along two dims yet: kernel '{}' "
+                                         "indexes {} with two tensors of indices",
+                                         k_.name, k_.tensors[size_t(op.tensor)].name),
+                             format_location(op.loc), "gather along one dim, or run this kernel on the cpu target");
+        gather_pos = pos;
+        idx = e.value;
+      }
+      if (e.kind != ir::Index::Kind::Scalar) ++pos;
+    }
+    if (non_one_dims(kept) != non_one_dims(r.dims))
+      throw CompileError(fmt::format("the pallas target does not support this gather yet: kernel '{}' indexes {} with "
+                                     "indices over {}, its block over {}",
+                                     k_.name, k_.tensors[size_t(op.tensor)].name, dims_text(k_.value(idx).dims),
+                                     dims_text(kept)),
+                         format_location(op.loc), "index with a block of the same tiles, or run this kernel on the cpu target");
+    std::string blk = fmt::format("g{}", op.result);
+    lines.push_back(fmt::format("{} = jnp.moveaxis({}, {}, -1)  # the gathered dim last", blk, block, gather_pos));
+    std::string index = align(var(idx), k_.value(idx).dims, kept, true, op);
+    std::string picked = fmt::format("jax.lax.broadcasted_iota(jnp.int32, {}.shape, {}) == {}[..., None]", blk, kept.size(), index);
+    return align(fmt::format("jnp.sum(jnp.where({}, {}, 0), axis=-1)", picked, blk), kept, r.dims, true, op);
+  }
+  static std::vector<int> non_one_dims(const std::vector<int>& dims) {
+    std::vector<int> out;
+    for (int d : dims)
+      if (d != ir::kOne) out.push_back(d);
+    return out;
+  }
+
+  // a @ b (+ acc) on the MXU, accumulating in f32. The product's batch dims lead; when their
+  // blocks are all one it is a 2-D jnp.dot, else a batched dot_general.
+  std::string dot(const ir::Op& op, Lines& lines) {
+    const ir::Value& r = k_.value(op.result);
+    const ir::Value &a = k_.value(op.inputs[0]), &b = k_.value(op.inputs[1]);
+    std::vector<int> batch(r.dims.begin(), r.dims.end() - 2);
+    int m = r.dims[r.dims.size() - 2], n = r.dims.back(), kd = a.dims.back();
+    std::string x = var(op.inputs[0]), y = var(op.inputs[1]);
+    if (kd != ir::kOne && an_.partial[size_t(kd)]) {
+      // The contracted dim's last block is partial: zero both operands past its end (garbage
+      // times zero could still be NaN).
+      x = fmt::format("jnp.where({}, {}, 0.0)", valid_mask(kd, a.dims, int(a.dims.size()) - 1, lines), x);
+      y = fmt::format("jnp.where({}, {}, 0.0)", valid_mask(kd, b.dims, int(b.dims.size()) - 2, lines), y);
+    }
+    bool flat = std::all_of(batch.begin(), batch.end(), [&](int d) { return d == ir::kOne || an_.block[size_t(d)] == 1; });
+    std::string e;
+    if (flat) {
+      auto dim = [&](int d) { return d == ir::kOne ? std::string("1") : axis_const(d); };
+      if (a.dims.size() != 2) x = fmt::format("{}.reshape({}, {})", x, dim(m), dim(kd));
+      if (b.dims.size() != 2) y = fmt::format("{}.reshape({}, {})", y, dim(kd), dim(n));
+      e = fmt::format("jnp.dot({}, {}, preferred_element_type=jnp.float32)", x, y);
+      if (r.dims.size() != 2) e = fmt::format("{}.reshape({})", e, py_tuple(shape_of(r.dims)));
+    } else {
+      std::vector<int> da = batch, db = batch;
+      da.insert(da.end(), {m, kd});
+      db.insert(db.end(), {kd, n});
+      x = align(x, a.dims, da, true, op);
+      y = align(y, b.dims, db, true, op);
+      std::vector<std::string> bd;
+      for (size_t i = 0; i < batch.size(); ++i) bd.push_back(fmt::format("{}", i));
+      e = fmt::format("jax.lax.dot_general({}, {}, ((({},), ({},)), ({}, {})), preferred_element_type=jnp.float32)", x,
+                      y, da.size() - 1, db.size() - 2, py_tuple(bd), py_tuple(bd));
+    }
+    if (op.inputs.size() > 2)
+      e = fmt::format("{} + {}", align(var(op.inputs[2]), k_.value(op.inputs[2]).dims, r.dims, false, op), e);
+    return e;
+  }
+
   void statement(const ir::Op& op, std::vector<std::string>& lines) {
     std::string loc = shown(format_location(op.loc));
     auto in = [&](size_t i) { return var(op.inputs[i]); };
     auto in_dtype = [&](size_t i) { return k_.value(op.inputs[i]).dtype; };
     auto in_dims = [&](size_t i) { return k_.value(op.inputs[i]).dims; };
     if (op.kind == OpKind::Store) {
-      const Operand& o = an_.operands[size_t(an_.operand_of_op.at(int(&op - k_.ops.data())))];
+      auto [ref, index] = block_ref(int(&op - k_.ops.data()));
       std::string v =
           align(in(op.inputs.size() - 1), in_dims(op.inputs.size() - 1), access_dims(op), true, op);
       // hl::atomic_add: the grid steps that add into one block run one after another on a
       // TPU core (the block's revisits make its grid axes "arbitrary"), so a plain += is exact.
-      lines.push_back(fmt::format("{}{} {}= {}.astype({}.dtype)  # {} {}  ({})", o.ref,
-                                  an_.ref_index.at(int(&op - k_.ops.data())), op.atomic_add ? "+" : "", v, o.ref,
-                                  op.atomic_add ? "atomic_add into" : "store", shown(k_.tensors[size_t(op.tensor)].name), loc));
+      lines.push_back(fmt::format("{}{} {}= {}.astype({}.dtype)  # {} {}  ({})", ref, index, op.atomic_add ? "+" : "",
+                                  v, ref, op.atomic_add ? "atomic_add into" : "store",
+                                  shown(k_.tensors[size_t(op.tensor)].name), loc));
       return;
     }
     const ir::Value& r = k_.value(op.result);
@@ -932,13 +1508,13 @@ class Generator {
     std::string what = ir::name(op.kind);
     switch (op.kind) {
       case OpKind::Load: {
-        int id = int(&op - k_.ops.data());
-        const Operand& o = an_.operands[size_t(an_.operand_of_op.at(id))];
+        auto [ref, index] = block_ref(int(&op - k_.ops.data()));
         DType stored = k_.tensors[size_t(op.tensor)].dtype;
-        e = fmt::format("{}{}", o.ref, an_.ref_index.at(id));
-        if (kernel_type(stored) != stored || kernel_type(r.dtype) != kernel_type(stored))
+        e = ref + index;
+        // int64 arrives narrowed to int32 (the host checks the range): the kernel type already.
+        if (stored != DType::i64 && (kernel_type(stored) != stored || kernel_type(r.dtype) != kernel_type(stored)))
           e = fmt::format("{}.astype({})", e, jnp_type(kernel_type(r.dtype)));
-        e = align(e, access_dims(op), r.dims, true, op);
+        e = gathers(op) ? one_hot(op, e, lines) : align(e, access_dims(op), r.dims, true, op);
         what = "load " + shown(k_.tensors[size_t(op.tensor)].name);
         break;
       }
@@ -1031,6 +1607,9 @@ class Generator {
         break;
       }
       case OpKind::Dot:
+        e = dot(op, lines);
+        what = "dot";
+        break;
       case OpKind::Store: break;
     }
     lines.push_back(fmt::format("{} = {}  # {}: {}{}  ({})", var(op.result), e, what, dtype_name(r.dtype),
@@ -1040,16 +1619,25 @@ class Generator {
   // ---- run(): the pallas_call ----
 
   std::string spec(const Operand& o) const {
+    if (o.hbm) return "pl.BlockSpec(memory_space=pl.ANY)";
     std::vector<std::string> args;
-    for (const int a : p_.grid_axes) args.push_back(py_name(k_.axes[size_t(a)].name));
+    for (const int a : p_.grid_axes) args.push_back(axis_name(a));
     std::string lambda = args.empty() ? "lambda" : fmt::format("lambda {}", fmt::join(args, ", "));
-    return fmt::format("pl.BlockSpec({}, {}: {})", py_tuple(o.block_text), lambda, py_tuple(o.index));
+    // A block that never changes is fetched once: one buffer, as the VMEM estimate counts it.
+    std::string mode = o.block.buffers == 1 ? ", pipeline_mode=pl.Buffered(1)" : "";
+    return fmt::format("pl.BlockSpec({}, {}: {}{})", py_tuple(o.block.shape_text), lambda, py_tuple(o.block.index), mode);
+  }
+
+  static std::string shape_text(const std::vector<int64_t>& shape) {
+    std::vector<std::string> s;
+    for (int64_t d : shape) s.push_back(fmt::format("{}", d));
+    return py_tuple(s);
   }
 
   void launcher() {
-    std::vector<std::string> inputs, outputs;
+    std::vector<std::string> inputs;
     for (const ir::HostTensor& t : k_.tensors)
-      (t.role == ir::HostRole::Input ? inputs : outputs).push_back(py_name(t.name));
+      if (t.role == ir::HostRole::Input) inputs.push_back(py_name(t.name));
     std::vector<std::string> params = inputs;
     std::vector<std::string> kw;
     for (const ir::ScalarParam& s : k_.scalars) kw.push_back(py_name(s.name));
@@ -1059,35 +1647,55 @@ class Generator {
     std::vector<std::string> doc_in, doc_out;
     for (const ir::HostTensor& t : k_.tensors)
       (t.role == ir::HostRole::Input ? doc_in : doc_out)
-          .push_back(
-              fmt::format("{} {}[{}]", py_name(t.name), dtype_name(t.dtype), fmt::join(t.shape, ", ")));
-    out_ += fmt::format("    \"\"\"{}: {} -> {}.\n\n", shown(k_.name), fmt::join(doc_in, ", "),
-                        fmt::join(doc_out, ", "));
+          .push_back(fmt::format("{} {}[{}]", py_name(t.name), dtype_name(t.role == ir::HostRole::Input && t.dtype == DType::i64 ? DType::i32 : t.dtype),
+                                 fmt::join(t.shape, ", ")));
+    out_ += fmt::format("    \"\"\"{}: {} -> {}.\n\n", shown(k_.name), fmt::join(doc_in, ", "), fmt::join(doc_out, ", "));
     out_ += "    interpret: None runs in TPU interpret mode (INTERPRET); False compiles for a TPU.\n";
     out_ += "    \"\"\"\n";
     for (const ir::HostTensor& t : k_.tensors) {
       if (t.role != ir::HostRole::Input) continue;
-      std::vector<std::string> shape;
-      for (int64_t d : t.shape) shape.push_back(fmt::format("{}", d));
-      out_ += fmt::format("    _check(\"{}\", {}, {}, {})\n", py_name(t.name), py_name(t.name),
-                          py_tuple(shape), jnp_type(t.dtype));
+      out_ += fmt::format("    _check(\"{}\", {}, {}, {})\n", py_name(t.name), py_name(t.name), shape_text(t.shape),
+                          jnp_type(t.dtype == DType::i64 ? DType::i32 : t.dtype));
     }
     out_ += "    if interpret is None:\n";
     out_ += "        interpret = INTERPRET\n";
+    for (bool on_tpu : {true, false}) {
+      std::vector<std::string> pads;
+      for (const Operand& o : an_.operands) {
+        if (o.padded.empty() || o.block.output || o.pad_on_tpu != on_tpu) continue;
+        const ir::HostTensor& t = k_.tensors[size_t(o.block.tensor)];
+        std::vector<std::string> widths;
+        for (size_t d = 0; d < t.shape.size(); ++d) widths.push_back(fmt::format("(0, {})", o.padded[d] - t.shape[d]));
+        pads.push_back(fmt::format("{0} = jnp.pad({0}, {1})", py_name(t.name), py_tuple(widths)));
+      }
+      if (pads.empty()) continue;
+      if (on_tpu) {
+        out_ += "    # Whole blocks for the fori_loops' copies.\n";
+        for (const std::string& l : pads) out_ += "    " + l + "\n";
+      } else {
+        out_ += "    if interpret:  # whole tiles for the pipelines' rounded copies (a TPU's HBM layout has them)\n";
+        for (const std::string& l : pads) out_ += "        " + l + "\n";
+      }
+    }
     std::string kernel = kernel_name();
     if (!k_.scalars.empty()) {
       std::vector<std::string> bind;
       for (const ir::ScalarParam& s : k_.scalars) bind.push_back(fmt::format("{0}={0}", py_name(s.name)));
       kernel = fmt::format("functools.partial({}, {})", kernel, fmt::join(bind, ", "));
     }
-    std::vector<std::string> shapes, out_specs, in_specs, call_args;
+    std::vector<std::string> shapes, out_specs, in_specs, call_args, results;
+    bool sliced = false;
     for (const Operand& o : an_.operands) {
-      const ir::HostTensor& t = k_.tensors[size_t(o.tensor)];
-      if (o.output) {
-        std::vector<std::string> shape;
-        for (int64_t d : t.shape) shape.push_back(fmt::format("{}", d));
-        shapes.push_back(fmt::format("jax.ShapeDtypeStruct({}, {})", py_tuple(shape), jnp_type(t.dtype)));
+      const ir::HostTensor& t = k_.tensors[size_t(o.block.tensor)];
+      if (o.block.output) {
+        std::string shape = shape_text(o.padded.empty() ? t.shape : o.padded);
+        if (!o.padded.empty() && !o.pad_on_tpu) shape = fmt::format("{} if interpret else {}", shape, shape_text(t.shape));
+        shapes.push_back(fmt::format("jax.ShapeDtypeStruct({}, {})", shape, jnp_type(t.dtype)));
         out_specs.push_back(spec(o));
+        std::vector<std::string> cut;
+        for (int64_t d : t.shape) cut.push_back(fmt::format(":{}", d));
+        results.push_back(o.padded.empty() ? "" : fmt::format("[{}]", fmt::join(cut, ", ")));
+        sliced = sliced || !o.padded.empty();
       } else {
         in_specs.push_back(spec(o));
         call_args.push_back(py_name(t.name));
@@ -1099,12 +1707,12 @@ class Generator {
       // An axis some output block does not move along revisits that block: sequential.
       bool revisits = false;
       for (const Operand& o : an_.operands)
-        if (o.output && !o.grid_axes.count(a) && p_.grid_blocks[i] > 1) revisits = true;
+        if (o.block.output && !o.hbm && !o.block.grid_axes.count(a) && p_.grid_blocks[i] > 1) revisits = true;
       semantics.push_back(revisits ? "\"arbitrary\"" : "\"parallel\"");
     }
     std::vector<std::string> grid;
     for (int64_t b : p_.grid_blocks) grid.push_back(fmt::format("{}", b));
-    out_ += "    return pl.pallas_call(\n";
+    out_ += fmt::format("    {} pl.pallas_call(\n", sliced ? "out =" : "return");
     out_ += fmt::format("        {},\n", kernel);
     if (shapes.size() == 1) {
       out_ += fmt::format("        out_shape={},\n", shapes[0]);
@@ -1115,8 +1723,7 @@ class Generator {
     }
     out_ += fmt::format("        grid={},\n", py_tuple(grid));
     out_ += "        in_specs=[\n";
-    for (size_t i = 0; i < in_specs.size(); ++i)
-      out_ += fmt::format("            {},  # {}\n", in_specs[i], call_args[i]);
+    for (size_t i = 0; i < in_specs.size(); ++i) out_ += fmt::format("            {},  # {}\n", in_specs[i], call_args[i]);
     out_ += "        ],\n";
     if (out_specs.size() == 1) {
       out_ += fmt::format("        out_specs={},\n", out_specs[0]);
@@ -1125,17 +1732,45 @@ class Generator {
       for (const auto& s : out_specs) out_ += fmt::format("            {},\n", s);
       out_ += "        ],\n";
     }
-    out_ += fmt::format("        compiler_params=pltpu.CompilerParams(dimension_semantics={}),\n",
-                        py_tuple(semantics));
+    if (!scratch_shapes_.empty()) {
+      out_ += "        scratch_shapes=[\n";
+      for (size_t i = 0; i < scratch_shapes_.size(); ++i)
+        out_ += fmt::format("            {},  # {}\n", scratch_shapes_[i], scratch_refs_[i]);
+      out_ += "        ],\n";
+    }
+    out_ += fmt::format("        compiler_params=pltpu.CompilerParams(dimension_semantics={}, vmem_limit_bytes={}),\n",
+                        py_tuple(semantics), vmem_limit(footprint(an_)));
     out_ += "        interpret=interpret,\n";
     out_ += fmt::format("        name=\"{}\",\n", entry_name(p_));
     out_ += fmt::format("    )({})\n", fmt::join(call_args, ", "));
+    if (sliced) {
+      if (results.size() == 1) {
+        out_ += fmt::format("    return out{}  # without the padding\n", results[0]);
+      } else {
+        std::vector<std::string> r;
+        for (size_t i = 0; i < results.size(); ++i) r.push_back(fmt::format("out[{}]{}", i, results[i]));
+        out_ += fmt::format("    return {}  # without the padding\n", fmt::join(r, ", "));
+      }
+    }
   }
 };
 
 }  // namespace
 
 int64_t Footprint::needed() const { return int64_t(std::ceil(double(total()) * (1.0 + kVmemHeadroom))); }
+
+std::string Footprint::describe() const {
+  std::string s = fmt::format("{} operand buffers", human_bytes(operands));
+  if (pipelines) s += fmt::format(" + {} inner-loop buffers", human_bytes(pipelines));
+  if (scratch) s += fmt::format(" + {} scratch", human_bytes(scratch));
+  return s + fmt::format(" + {} temporaries = {} with {:.0f}% headroom", human_bytes(temporaries), human_bytes(needed()),
+                         kVmemHeadroom * 100);
+}
+
+int64_t vmem_limit_bytes(const TpuGeneration& chip, const Footprint& f) {
+  constexpr int64_t MiB = 1024 * 1024;
+  return std::clamp((f.needed() + MiB - 1) / MiB * MiB, chip.scoped_vmem_bytes, std::max(chip.vmem_bytes, chip.scoped_vmem_bytes));
+}
 
 std::string python_name(const std::string& name) { return py_name(name); }
 
@@ -1164,19 +1799,23 @@ Footprint check(const plan::Plan& p, const TpuGeneration& chip) {
   const Analysis& an = *analysis;
   const ir::Kernel& k = p.kernel;
 
-  // The block-shape rule: the last two dims of a block are multiples of 8 and 128, or the
-  // array's whole dims. (Interpret mode does not check it; a TPU compile would fail.)
-  for (const Operand& o : an.operands) {
-    const ir::HostTensor& t = k.tensors[size_t(o.tensor)];
+  // The block-shape rule (block_multiple) for every block the kernel moves: the pallas_call's
+  // and the inner loops'. (Interpret mode does not check it; a TPU compile would fail.)
+  std::vector<const Block*> blocks;
+  for (const Operand& o : an.operands)
+    if (!o.hbm) blocks.push_back(&o.block);
+  for (const Stream& st : an.streams) blocks.push_back(&st.block);
+  for (const Block* o : blocks) {
+    const ir::HostTensor& t = k.tensors[size_t(o->tensor)];
     size_t rank = t.shape.size();
     for (size_t back = 0; back < std::min<size_t>(rank, 2); ++back) {
       size_t d = rank - 1 - back;
-      int64_t multiple = back == 0 ? chip.lanes : chip.sublanes;
-      int64_t b = o.block[d], full = t.shape[d];
+      int64_t multiple = block_multiple(chip, back);
+      int64_t b = o->shape[d], full = t.shape[d];
       if (b == full || b % multiple == 0) continue;
-      int axis = o.axis[d];
+      int axis = o->axis[d];
       std::string which = back == 0 ? "last" : "second-to-last";
-      std::string source = o.squeezed[d] ? "a scalar index (block size 1)"
+      std::string source = o->squeezed[d] ? "a scalar index (block size 1)"
                            : axis >= 0 && !an.block_param(axis).empty()
                                ? fmt::format("{} = {}", an.block_param(axis), p.block[size_t(axis)])
                                : "a fixed block";
@@ -1195,35 +1834,39 @@ Footprint check(const plan::Plan& p, const TpuGeneration& chip) {
             which, b);
       }
       std::vector<std::string> shown;
-      for (size_t i = 0; i < o.block.size(); ++i)
-        shown.push_back(o.squeezed[i] ? "None" : fmt::format("{}", o.block[i]));
+      for (size_t i = 0; i < o->shape.size(); ++i)
+        shown.push_back(o->squeezed[i] ? "None" : fmt::format("{}", o->shape[i]));
       throw ConfigError(
           fmt::format("pallas: the block [{}] of {} ({}[{}]) breaks the TPU block-shape rule: its {} "
                       "dim is {} ({}), which must be a multiple of {} or the whole dim ({})",
-                      fmt::join(shown, ", "), an.tensor_label(o.tensor), dtype_name(t.dtype),
+                      fmt::join(shown, ", "), an.tensor_label(o->tensor), dtype_name(t.dtype),
                       fmt::join(t.shape, ", "), which, b, source, multiple, full),
-          format_location(k.ops[size_t(o.first_op)].loc), hint);
+          format_location(k.ops[size_t(o->first_op)].loc), hint);
     }
   }
 
-  // VMEM: the pipeline's buffers and the body's temporaries must fit the scoped limit.
+  // VMEM: every buffer the kernel allocates, with headroom, must fit the core's VMEM (the
+  // module raises vmem_limit_bytes to what it needs).
   Footprint f = footprint(an);
-  if (f.needed() > chip.scoped_vmem_bytes) {
+  if (f.needed() > chip.vmem_bytes) {
     std::vector<std::string> params;
-    for (int a : p.grid_axes)
-      if (an.tunable(a)) params.push_back(an.block_param(a));
+    for (size_t a = 0; a < k.axes.size(); ++a)
+      if (an.tunable(int(a)) && (an.grid_axis(int(a)) || an.inner_of_axis[a] >= 0)) params.push_back(an.block_param(int(a)));
+    for (const Inner& in : an.inner)
+      if (in.kind == LoopKind::Unroll)
+        params.push_back(fmt::format("or stream the loop over {} ({} = {})", k.axes[size_t(in.axis)].name,
+                                     config::keys::inner_loop(k.axes[size_t(in.axis)].name), config::keys::kStream));
     throw ConfigError(
-        fmt::format("pallas: config {} needs {} of VMEM on {} ({} of double-buffered operand blocks + {} of "
-                    "temporaries + {:.0f}% headroom); its default scoped VMEM limit is {}{}",
-                    p.config.dump(), human_bytes(f.needed()), chip.name, human_bytes(f.operands),
-                    human_bytes(f.temporaries), kVmemHeadroom * 100, human_bytes(chip.scoped_vmem_bytes),
-                    chip.scoped_vmem_uncertain ? " (an uncertain figure)" : ""),
+        fmt::format("pallas: config {} needs {} of VMEM on {} ({}), more than its {} of VMEM per core",
+                    p.config.dump(), human_bytes(f.needed()), chip.name, f.describe(), human_bytes(chip.vmem_bytes)),
         format_location(k.loc),
         params.empty() ? "the kernel's blocks are fixed; it cannot run on this TPU generation"
                        : fmt::format("use smaller blocks ({})", fmt::join(params, ", ")));
   }
   return f;
 }
+
+int64_t block_multiple(const TpuGeneration& chip, size_t back) { return back == 0 ? chip.lanes : chip.sublanes; }
 
 std::string generate(const plan::Plan& p, const TpuGeneration& chip) {
   Analysis an(p, chip);

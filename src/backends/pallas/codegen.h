@@ -15,17 +15,29 @@
 
 namespace deuteron::pallas {
 
-// VMEM a plan needs on the chip, in bytes (tile-padded, see padded_vmem_bytes).
+// VMEM a plan needs on the chip, in bytes (tile-padded, see padded_vmem_bytes): every buffer
+// the emitted module allocates.
 struct Footprint {
-  int64_t operands = 0;     // pipeline buffers of the blocked operands (2 each, or 1)
+  int64_t operands = 0;     // the pallas_call's pipeline buffers (2 per blocked operand, or 1)
+  int64_t pipelines = 0;    // the inner loops' buffers (emit_pipeline's, fori_loop's copies)
+  int64_t scratch = 0;      // loop-carried values kept in VMEM scratch
   int64_t temporaries = 0;  // peak of the block values the kernel body keeps live at once
-  int64_t total() const { return operands + temporaries; }
-  // With the compiler's headroom (kVmemHeadroom): what must fit the scoped limit.
+  int64_t total() const { return operands + pipelines + scratch + temporaries; }
+  // With the compiler's headroom (kVmemHeadroom): what must fit the core's VMEM.
   int64_t needed() const;
+  std::string describe() const;  // "1.0 MiB operand buffers + ... = 1.3 MiB with 15% headroom"
 };
 
-// Checks what the config decides: the TPU block-shape rule for every operand and the VMEM
-// footprint against the default scoped limit (ConfigError naming the operand or the sizes, and
+// The vmem_limit_bytes the module asks for: what it needs, rounded up to MiB, at least the
+// chip's default scoped limit and at most its VMEM.
+int64_t vmem_limit_bytes(const TpuGeneration& chip, const Footprint& f);
+
+// The TPU block-shape rule: the `back`-th dim from the end (0: last, 1: second-to-last) of a
+// block is a multiple of this, or the array's whole dim.
+int64_t block_multiple(const TpuGeneration& chip, size_t back);
+
+// Checks what the config decides: the TPU block-shape rule for every block and the VMEM
+// footprint against the core's VMEM (ConfigError naming the operand or the sizes, and
 // the fix). Constructs the target cannot express (inner tile loops, gathers, ...) are not
 // checked here, since no config fixes them: generate() throws CompileError for them. Returns
 // the footprint (zero for a plan the target cannot express).
