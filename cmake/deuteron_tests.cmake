@@ -37,6 +37,8 @@ gtest_discover_tests(deuteron_tests TEST_FILTER "-${filter}" DISCOVERY_TIMEOUT 6
 if(TARGET deuteron_cli)
   add_test(NAME cli COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_test.sh $<TARGET_FILE:deuteron_cli>)
   set_tests_properties(cli PROPERTIES TIMEOUT 600 LABELS e2e)
+  add_test(NAME pallas_catalogue COMMAND bash ${PROJECT_SOURCE_DIR}/tests/pallas_catalogue.sh $<TARGET_FILE:deuteron_cli>)
+  set_tests_properties(pallas_catalogue PROPERTIES TIMEOUT 1200 LABELS pallas)
 endif()
 
 deuteron_layer_files(tests DEPENDS api examples FILES ${DEUTERON_TEST_SOURCES})

@@ -151,6 +151,7 @@ std::variant<pallas::Footprint, ConfigError> v7x_footprint(int64_t s, const conf
   cfg.set("block_kv", 512);
   for (const auto& [key, value] : strategy.items()) cfg.set(key, value);
   plan::Plan p = plan::lower(spec.ir, driver::complete(spec, cfg), "pallas");
+  pallas::fit_blocks(p);
   try {
     return pallas::check(p, pallas::tpu_generation("v7x"));
   } catch (const ConfigError& err) {

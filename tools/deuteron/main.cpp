@@ -11,6 +11,7 @@
 #include "api/api.h"
 #include "autotune/autotune.h"
 #include "backends/registry.h"
+#include "config/keys.h"
 #include "catalogue.h"
 #include "commands.h"
 
@@ -65,6 +66,7 @@ struct RunOptions {
   std::optional<std::string> shape;
   int repeat = 0;
   bool json = false;
+  bool explain_fast_memory = false;
 };
 
 int cmd_run(const RunOptions& o) {
@@ -125,6 +127,49 @@ int cmd_run(const RunOptions& o) {
   return correct ? 0 : 1;
 }
 
+// Which configs of each inner-loop strategy fit the target's fast memory, and why the others
+// do not: every inner loop's strategy, buffer count and block size swept around `base` (the
+// other tunables keep its values). The target's own check decides and words the reason.
+std::string explain_fast_memory(const driver::Specialized& s, const config::Config& base) {
+  std::vector<const config::Tunable*> swept;
+  for (const ir::Loop& loop : s.ir.loops) {
+    if (loop.grid) continue;
+    for (int a : loop.axes) {
+      const ir::Axis& ax = s.ir.axes[size_t(a)];
+      std::vector<std::string> names = {config::keys::inner_loop(ax.name), config::keys::buffers(ax.name)};
+      if (ax.block_param >= 0) names.push_back(s.ir.block_params[size_t(ax.block_param)].name);
+      for (const std::string& n : names)
+        if (const config::Tunable* t = s.space.find(n)) swept.push_back(t);
+    }
+  }
+  if (swept.empty()) return fmt::format("# kernel '{}' has no inner loops: nothing to choose between\n", s.kernel->name());
+  std::string out = fmt::format("# fast memory of the {} target, per config (the others as {}):\n", s.backend->name(),
+                                base.dump());
+  std::vector<size_t> at(swept.size(), 0);
+  int fit = 0, pruned = 0;
+  while (true) {
+    config::Config c = base;
+    std::vector<std::string> shown;
+    for (size_t i = 0; i < swept.size(); ++i) {
+      c.set(swept[i]->name, swept[i]->values[at[i]]);
+      shown.push_back(fmt::format("{}={}", swept[i]->name, swept[i]->values[at[i]].dump()));
+    }
+    std::string row = fmt::format("{}", fmt::join(shown, " "));
+    try {
+      plan::Plan p = driver::lower(s, driver::complete(s, c));
+      out += fmt::format("#   fits    {}: {:.1f} MiB\n", row, double(p.fast_memory_bytes) / (1 << 20));
+      ++fit;
+    } catch (const ConfigError& e) {
+      out += fmt::format("#   pruned  {}: {}\n", row, e.message());
+      ++pruned;
+    }
+    size_t i = 0;
+    while (i < swept.size() && ++at[i] == swept[i]->values.size()) at[i++] = 0;
+    if (i == swept.size()) break;
+  }
+  return out + fmt::format("# {} configs fit, {} pruned\n", fit, pruned);
+}
+
 int cmd_emit(const RunOptions& o, bool ir, bool plan) {
   const examples::Entry& e = examples::find(o.kernel);
   std::vector<int64_t> shape = pick_shape(e, o.shape, o.shapes, o.target);
@@ -153,6 +198,7 @@ int cmd_emit(const RunOptions& o, bool ir, bool plan) {
                                origin == "default" ? " (not tuned; `deuteron tune` tunes it)" : "");
     plan::Plan p = driver::lower(s, c);
     text = plan ? plan::print(p) + s.backend->describe(p) : s.backend->emit(p);
+    if (o.explain_fast_memory) text += explain_fast_memory(s, c);
   }
   if (o.json)
     std::cout << Json{{"kernel", e.name}, {"target", o.target}, {"kind", kind}, {"shape", shape},
@@ -277,6 +323,9 @@ void add_core_commands(CLI::App& app) {
   add_kernel_opts(emit);
   emit->add_flag("--ir", ir, "print the kernel IR and its config space");
   emit->add_flag("--plan", plan, "print the lowered plan");
+  emit->add_flag("--explain-vmem", o.explain_fast_memory,
+                 "after the code, which configs of each inner-loop strategy fit the target's fast memory "
+                 "(VMEM on pallas, the L2 budget on cpu) and why the others are pruned");
   emit->callback([] { std::exit(cmd_emit(o, ir, plan)); });
 
   static bool list_json = false;

@@ -240,6 +240,7 @@ void PallasBackend::extend_space(const ir::Kernel& k, const config::TargetLimits
 }
 
 void PallasBackend::refine(plan::Plan& p, const config::TargetLimits& limits) const {
+  fit_blocks(p);
   p.fast_memory_bytes = pallas::check(p, generation()).needed();
   p.fast_memory_budget = limits.fast_memory_bytes;
 }
@@ -301,6 +302,8 @@ config::Config PallasBackend::adjust_default(const config::ConfigSpace& space, c
 }
 
 void PallasBackend::check_expressible(const plan::Plan& p) const { pallas::check_expressible(p, generation()); }
+
+std::string PallasBackend::describe(const plan::Plan& p) const { return pallas::describe(p, generation()); }
 
 std::string PallasBackend::emit(const plan::Plan& p) const { return generate(p, generation()); }
 

@@ -29,6 +29,7 @@ class PallasBackend : public backends::Backend {
   // (inner tile loops, gathers, ...).
   // The constructs the generator cannot lower yet (inner tile loops, hl::dot, gathers, ...).
   void check_expressible(const plan::Plan& p) const override;
+  std::string describe(const plan::Plan& p) const override;
   // Runs under JAX's TPU interpret mode here.
   bool simulated() const override { return true; }
   std::string emit(const plan::Plan& p) const override;

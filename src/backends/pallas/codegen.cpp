@@ -177,15 +177,18 @@ struct Access {
 
 class Analysis {
  public:
-  Analysis(const plan::Plan& p, const TpuGeneration& chip) : p(p), k(p.kernel), chip(chip) { run(); }
+  Analysis(const plan::Plan& p, const TpuGeneration& chip)
+      : p(p), k(p.kernel), chip(chip), block(p.block), partial(p.partial) {
+    run();
+  }
 
   const plan::Plan& p;
   const ir::Kernel& k;
   const TpuGeneration& chip;
   int grid_loop = -1;
-  std::vector<int64_t> block;       // per axis: the block this target uses (see effective_blocks)
-  std::vector<int64_t> begin;       // per axis: first index its loop covers
-  std::vector<bool> partial;        // per axis: the last block along it is partial
+  const std::vector<int64_t>& block;  // per axis: the plan's block (refined by fit_blocks)
+  const std::vector<bool>& partial;   // per axis: the plan's ragged edges
+  std::vector<int64_t> begin;         // per axis: first index its loop covers
   std::vector<int> inner_of_axis;   // per axis: its entry of `inner`, or -1
   std::vector<Operand> operands;    // inputs (tensor order), then outputs (tensor order)
   std::vector<Stream> streams;
@@ -242,7 +245,7 @@ class Analysis {
           unsupported(op.atomic_add ? "scatter-add (hl::atomic_add at gathered indices)" : "scatters",
                       fmt::format("writes {} at indices it reads from a tensor", k.tensors[size_t(op.tensor)].name),
                       where(op));
-    effective_blocks();
+    check_blocks();
     build_operands();
     check_revisits();
     check_integer_ranges();
@@ -291,14 +294,11 @@ class Analysis {
     inner.push_back(in);
   }
 
-  // Block sizes as this target uses them: a tiled axis whose block covers its whole extent in
-  // one step uses the extent (a block equal to the array dim is always legal on a TPU and never
-  // partial); a whole dim must be one block (persistent); fixed dims are their extent.
-  void effective_blocks() {
+  // Blocks and ragged edges are the plan's (refined by fit_blocks); this checks what a TPU
+  // adds: index maps address whole blocks, and a whole dim is one block.
+  void check_blocks() {
     size_t n = k.axes.size();
-    block.assign(n, 1);
     begin.assign(n, 0);
-    partial.assign(n, false);
     inner_of_axis.assign(n, -1);
     const ir::Loop& grid = k.grid_loop();
     for (size_t i = 0; i < grid.axes.size(); ++i) begin[size_t(grid.axes[i])] = grid.begin[i].constant;
@@ -313,33 +313,22 @@ class Analysis {
         if (!grid_axis(int(a)) && inner_of_axis[a] < 0)
           unsupported("tiled dims outside the grid loop and its inner loops",
                       fmt::format("tiles dim {} elsewhere", ax.name), format_location(k.loc));
-        int64_t first = begin[a], span = std::max<int64_t>(ax.extent - first, 0);
-        if (first == 0 && b >= span) b = std::max<int64_t>(span, 1);
-        if (first % b != 0)
+        if (begin[a] % b != 0)
           config_error(fmt::format("the loop over {} starts at {}, which is not a multiple of its block {} = {}: "
                                    "Pallas index maps address whole blocks",
-                                   ax.name, first, block_param(int(a)), b),
-                       format_location(k.loc), fmt::format("choose {} dividing {}", block_param(int(a)), first));
-        block[a] = b;
-        partial[a] = span % b != 0;
+                                   ax.name, begin[a], block_param(int(a)), b),
+                       format_location(k.loc), fmt::format("choose {} dividing {}", block_param(int(a)), begin[a]));
         if (inner_of_axis[a] >= 0) {
-          Inner& in = inner[size_t(inner_of_axis[a])];
-          in.blocks = (span + b - 1) / b;
-          // A loop that ends on the device may stop inside a block: mask against its end.
-          if (in.end >= 0) partial[a] = true;
+          int64_t span = std::max<int64_t>(ax.extent - begin[a], 0);
+          inner[size_t(inner_of_axis[a])].blocks = (span + b - 1) / b;
         }
-      } else if (ax.kind == ir::AxisKind::Reduction) {
-        if (!p.persistent[a]) {
-          const ir::BlockParam& bp = k.block_params[size_t(ax.block_param)];
-          config_error(fmt::format("{} = {} reduces over dim {} (extent {}) in a loop of blocks; the pallas target "
-                                   "needs the whole dim in one block",
-                                   bp.name, b, ax.name, ax.extent),
-                       format_location(k.loc),
-                       fmt::format("set {} to {} (persistent: the whole dim in one block)", bp.name, bp.max));
-        }
-        block[a] = ax.extent;
-      } else {
-        block[a] = ax.extent;
+      } else if (ax.kind == ir::AxisKind::Reduction && !p.persistent[a]) {
+        const ir::BlockParam& bp = k.block_params[size_t(ax.block_param)];
+        config_error(fmt::format("{} = {} reduces over dim {} (extent {}) in a loop of blocks; the pallas target "
+                                 "needs the whole dim in one block",
+                                 bp.name, b, ax.name, ax.extent),
+                     format_location(k.loc),
+                     fmt::format("set {} to {} (persistent: the whole dim in one block)", bp.name, bp.max));
       }
     }
   }
@@ -805,6 +794,29 @@ Footprint footprint(const Analysis& an) {
   return f;
 }
 
+// One line on how an inner loop runs, for the module's header and `emit --plan`.
+std::string loop_summary(const Analysis& an, const Inner& in) {
+const ir::Kernel& k_ = an.k;
+const plan::Plan& p_ = an.p;
+  const std::string& axis = k_.axes[size_t(in.axis)].name;
+  std::string count = in.end >= 0 ? fmt::format("up to {} blocks", in.blocks) : fmt::format("{} blocks", in.blocks);
+  std::string how;
+  std::string config = fmt::format("{} = {}", config::keys::inner_loop(axis), p_.config.text(config::keys::inner_loop(axis)));
+  switch (in.kind) {
+    case LoopKind::Unroll: how = "unrolled at trace time, its operands resident in VMEM"; break;
+    case LoopKind::Pipeline:
+      how = fmt::format("a nested pltpu.emit_pipeline, {} buffers per streamed operand", in.buffers);
+      break;
+    case LoopKind::Fori:
+      how = fmt::format("jax.lax.fori_loop with hand-written copies, {}", in.buffers == 1 ? "single-buffered" : "double-buffered");
+      break;
+  }
+  if (in.kind != LoopKind::Unroll && p_.config.has(config::keys::buffers(axis)))
+    config += fmt::format(", {} = {}", config::keys::buffers(axis), p_.config.integer(config::keys::buffers(axis)));
+  return fmt::format("inner loop over {} ({} of {}): {} ({})", axis, count, "BLOCK_" + upper(py_name(k_.axes[size_t(in.axis)].name)), how, config);
+}
+
+
 // ---- the generator ----------------------------------------------------------------------------
 
 class Generator {
@@ -889,25 +901,6 @@ class Generator {
     return lines;
   }
 
-  std::string loop_summary(const Inner& in) const {
-    const std::string& axis = k_.axes[size_t(in.axis)].name;
-    std::string count = in.end >= 0 ? fmt::format("up to {} blocks", in.blocks) : fmt::format("{} blocks", in.blocks);
-    std::string how;
-    std::string config = fmt::format("{} = {}", config::keys::inner_loop(axis), p_.config.text(config::keys::inner_loop(axis)));
-    switch (in.kind) {
-      case LoopKind::Unroll: how = "unrolled at trace time, its operands resident in VMEM"; break;
-      case LoopKind::Pipeline:
-        how = fmt::format("a nested pltpu.emit_pipeline, {} buffers per streamed operand", in.buffers);
-        break;
-      case LoopKind::Fori:
-        how = fmt::format("jax.lax.fori_loop with hand-written copies, {}", in.buffers == 1 ? "single-buffered" : "double-buffered");
-        break;
-    }
-    if (in.kind != LoopKind::Unroll && p_.config.has(config::keys::buffers(axis)))
-      config += fmt::format(", {} = {}", config::keys::buffers(axis), p_.config.integer(config::keys::buffers(axis)));
-    return fmt::format("inner loop over {} ({} of {}): {} ({})", axis, count, axis_const(in.axis), how, config);
-  }
-
   void header() {
     Footprint f = footprint(an_);
     const TpuGeneration& chip = an_.chip;
@@ -918,7 +911,7 @@ class Generator {
     for (size_t i = 0; i < p_.grid_axes.size(); ++i)
       g.push_back(fmt::format("{}: {}", k_.axes[size_t(p_.grid_axes[i])].name, p_.grid_blocks[i]));
     out_ += fmt::format("# grid: {} steps ({}), last axis fastest\n", p_.grid_size(), fmt::join(g, ", "));
-    for (const Inner& in : an_.inner) out_ += "# " + loop_summary(in) + "\n";
+    for (const Inner& in : an_.inner) out_ += "# " + loop_summary(an_, in) + "\n";
     out_ += fmt::format("# VMEM on {}: {}; limit {} (physical {})\n", chip.name, f.describe(), human_bytes(vmem_limit(f)),
                         human_bytes(chip.vmem_bytes));
     out_ +=
@@ -947,8 +940,9 @@ class Generator {
         bool ragged = span % an_.block[a] != 0;
         what = fmt::format("{} dim {}: {} elements in {} block{}{}", inner_of(int(a)) ? "inner-loop" : "tiled", ax.name,
                            span, blocks, blocks == 1 ? "" : "s", ragged ? ", the last one partial" : "");
-        if (an_.block[a] != p_.block[a])
-          what += fmt::format(" ({} = {} covers it)", an_.block_param(int(a)), p_.block[a]);
+        std::string param = an_.block_param(int(a));
+        if (p_.config.has(param) && p_.config.integer(param) != an_.block[a])
+          what += fmt::format(" ({} = {} covers it)", param, p_.config.integer(param));
       } else if (ax.kind == ir::AxisKind::Reduction) {
         what = fmt::format("whole dim {}: one block", ax.name);
       } else {
@@ -1036,7 +1030,7 @@ class Generator {
     std::string loc = shown(format_location(loop.loc));
     std::string axis = axis_name(in.axis);
     if (!lines.empty() && !lines.back().empty()) lines.push_back("");
-    lines.push_back(fmt::format("# {}  ({})", loop_summary(in), loc));
+    lines.push_back(fmt::format("# {}  ({})", loop_summary(an_, in), loc));
     auto saved_masks = masks_;
     const Inner* saved = current_;
     current_ = &in;
@@ -1817,7 +1811,7 @@ Footprint check(const plan::Plan& p, const TpuGeneration& chip) {
       std::string which = back == 0 ? "last" : "second-to-last";
       std::string source = o->squeezed[d] ? "a scalar index (block size 1)"
                            : axis >= 0 && !an.block_param(axis).empty()
-                               ? fmt::format("{} = {}", an.block_param(axis), p.block[size_t(axis)])
+                               ? fmt::format("{} = {}", an.block_param(axis), p.config.has(an.block_param(axis)) ? p.config.integer(an.block_param(axis)) : p.block[size_t(axis)])
                                : "a fixed block";
       std::string hint;
       if (axis >= 0 && an.tunable(axis)) {
@@ -1857,8 +1851,8 @@ Footprint check(const plan::Plan& p, const TpuGeneration& chip) {
         params.push_back(fmt::format("or stream the loop over {} ({} = {})", k.axes[size_t(in.axis)].name,
                                      config::keys::inner_loop(k.axes[size_t(in.axis)].name), config::keys::kStream));
     throw ConfigError(
-        fmt::format("pallas: config {} needs {} of VMEM on {} ({}), more than its {} of VMEM per core",
-                    p.config.dump(), human_bytes(f.needed()), chip.name, f.describe(), human_bytes(chip.vmem_bytes)),
+        fmt::format("pallas: the config needs {} of VMEM on {} ({}), more than its {} of VMEM per core",
+                    human_bytes(f.needed()), chip.name, f.describe(), human_bytes(chip.vmem_bytes)),
         format_location(k.loc),
         params.empty() ? "the kernel's blocks are fixed; it cannot run on this TPU generation"
                        : fmt::format("use smaller blocks ({})", fmt::join(params, ", ")));
@@ -1866,7 +1860,38 @@ Footprint check(const plan::Plan& p, const TpuGeneration& chip) {
   return f;
 }
 
+void fit_blocks(plan::Plan& p) {
+  const ir::Kernel& k = p.kernel;
+  for (size_t a = 0; a < k.axes.size(); ++a) {
+    const ir::Axis& ax = k.axes[a];
+    if (ax.kind != ir::AxisKind::Tile || ax.loop < 0) continue;
+    const ir::Loop& loop = k.loops[size_t(ax.loop)];
+    size_t i = size_t(std::find(loop.axes.begin(), loop.axes.end(), int(a)) - loop.axes.begin());
+    if (loop.begin[i].value >= 0 || loop.begin[i].constant != 0) continue;
+    int64_t span = std::max<int64_t>(ax.extent, 1), old = p.block[a];
+    if (old <= span) continue;
+    p.block[a] = span;
+    p.partial[a] = loop.end[i].value >= 0;  // a loop ending on the device may still stop inside it
+    for (plan::BlockSpec& s : p.operands) {
+      for (size_t d = 0; d < s.index_map.size(); ++d)
+        if (s.index_map[d].kind == plan::IndexTerm::Kind::Block && s.index_map[d].axis == int(a)) s.block_shape[d] = span;
+      if (s.elements && s.op >= 0 && k.ops[size_t(s.op)].result >= 0)
+        for (int d : k.value(k.ops[size_t(s.op)].result).dims)
+          if (d == int(a)) s.elements = s.elements / old * span;
+    }
+  }
+}
+
 int64_t block_multiple(const TpuGeneration& chip, size_t back) { return back == 0 ? chip.lanes : chip.sublanes; }
+
+std::string describe(const plan::Plan& p, const TpuGeneration& chip) {
+  Analysis an(p, chip);
+  std::string out;
+  for (const Inner& in : an.inner) out += "  pallas: " + loop_summary(an, in) + "\n";
+  Footprint f = footprint(an);
+  return out + fmt::format("  pallas: VMEM on {}: {}; vmem_limit_bytes {} (VMEM per core {})\n", chip.name, f.describe(),
+                           vmem_limit_bytes(chip, f), human_bytes(chip.vmem_bytes));
+}
 
 std::string generate(const plan::Plan& p, const TpuGeneration& chip) {
   Analysis an(p, chip);

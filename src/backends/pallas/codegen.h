@@ -32,6 +32,10 @@ struct Footprint {
 // chip's default scoped limit and at most its VMEM.
 int64_t vmem_limit_bytes(const TpuGeneration& chip, const Footprint& f);
 
+// A block covering a whole dim becomes the dim (always a legal TPU block, never ragged): the
+// plan's block, partial edge and block shapes, as the pallas target runs them.
+void fit_blocks(plan::Plan& p);
+
 // The TPU block-shape rule: the `back`-th dim from the end (0: last, 1: second-to-last) of a
 // block is a multiple of this, or the array's whole dim.
 int64_t block_multiple(const TpuGeneration& chip, size_t back);
@@ -51,6 +55,10 @@ Footprint vmem_footprint(const plan::Plan& p, const TpuGeneration& chip);
 // The Python module. Stable: the same plan and chip give byte-identical text. Throws
 // CompileError for constructs the target does not support (it does not re-check the rules).
 std::string generate(const plan::Plan& p, const TpuGeneration& chip);
+
+// What this target decided beyond the plan (inner-loop strategies, the VMEM arithmetic), for
+// `deuteron emit --plan`.
+std::string describe(const plan::Plan& p, const TpuGeneration& chip);
 
 // The name given to pallas_call: "deuteron_<kernel>".
 std::string entry_name(const plan::Plan& p);
