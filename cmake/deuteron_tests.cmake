@@ -39,6 +39,8 @@ if(TARGET deuteron_cli)
   set_tests_properties(cli PROPERTIES TIMEOUT 600 LABELS e2e)
   add_test(NAME pallas_catalogue COMMAND bash ${PROJECT_SOURCE_DIR}/tests/pallas_catalogue.sh $<TARGET_FILE:deuteron_cli>)
   set_tests_properties(pallas_catalogue PROPERTIES TIMEOUT 1200 LABELS pallas)
+  add_test(NAME pallas_flash_peer COMMAND bash ${PROJECT_SOURCE_DIR}/tests/pallas_flash_peer.sh $<TARGET_FILE:deuteron_cli>)
+  set_tests_properties(pallas_flash_peer PROPERTIES TIMEOUT 600 LABELS pallas)
 endif()
 
 deuteron_layer_files(tests DEPENDS api examples FILES ${DEUTERON_TEST_SOURCES})

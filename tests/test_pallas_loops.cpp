@@ -36,6 +36,7 @@ struct LoopCase {
 const std::map<std::string, int64_t> kAttention = {{"block_batch", 1}, {"block_head", 1}, {"block_q", 16}, {"block_kv", 16}};
 const std::map<std::string, int64_t> kTwoPass = {{"block_rows", 8}, {"block_n", 128}, {"block_n_out", 128}};
 const std::map<std::string, int64_t> kMatmul = {{"block_m", 8}, {"block_n", 128}, {"block_k", 128}};
+const std::map<std::string, int64_t> kBatched = {{"block_batch", 2}, {"block_m", 8}, {"block_n", 128}, {"block_k", 32}};
 
 std::vector<LoopCase> loop_cases() {
   using J = config::Json;
@@ -67,10 +68,15 @@ std::vector<LoopCase> loop_cases() {
       // matmul: M = 20 (blocks of 8), K = 200 (blocks of 128), N = 130 (blocks of 128).
       {"matmul", {20, 200, 130}, DType::f32, kMatmul, J{{"inner_k", "resident"}}, {"for i_k in range(2):", "jnp.dot("},
        "matmul_unroll"},
-      {"matmul", {20, 200, 130}, DType::bf16, kMatmul, J{{"inner_k", "stream"}}, {"preferred_element_type=jnp.float32"},
+      {"matmul", {20, 200, 130}, DType::bf16, kMatmul, J{{"inner_k", "stream"}},
+       {"preferred_element_type=jnp.float32", ".astype(jnp.bfloat16)"},
        "matmul_pipeline_bf16"},
       {"matmul", {20, 200, 130}, DType::f32, kMatmul, J{{"inner_k", "in_place"}, {"buffers_k", 2}},
        {"jnp.pad(x, ((0, 4), (0, 56)))"}, "matmul_fori"},
+      // Batched products with a batch block of 2 (3 batches: the last block partial).
+      {"bmm", {3, 37, 29, 70}, DType::f32, kBatched, J{{"inner_k", "stream"}}, {"jax.lax.dot_general("}, "bmm_batched"},
+      {"broadcast_matmul", {3, 37, 29, 70}, DType::bf16, kBatched, J{{"inner_k", "resident"}},
+       {"jax.lax.dot_general(", "jnp.broadcast_to("}, "broadcast_matmul_batched_bf16"},
   };
 }
 

@@ -1457,6 +1457,16 @@ class Generator {
       x = fmt::format("jnp.where({}, {}, 0.0)", valid_mask(kd, a.dims, int(a.dims.size()) - 1, lines), x);
       y = fmt::format("jnp.where({}, {}, 0.0)", valid_mask(kd, b.dims, int(b.dims.size()) - 2, lines), y);
     }
+    // Operands that hold bf16 data (read from bf16 tensors, through views and widening casts)
+    // go to the MXU as bf16: exact, and the MXU's native input type.
+    const plan::Dot* planned = p_.dot_for_op(int(&op - k_.ops.data()));
+    auto bf16_data = [&](const plan::DotOperand& o) {
+      return o.load_op >= 0 && k_.tensors[size_t(k_.ops[size_t(o.load_op)].tensor)].dtype == DType::bf16;
+    };
+    if (planned && bf16_data(planned->a) && bf16_data(planned->b)) {
+      x += ".astype(jnp.bfloat16)";
+      y += ".astype(jnp.bfloat16)";
+    }
     bool flat = std::all_of(batch.begin(), batch.end(), [&](int d) { return d == ir::kOne || an_.block[size_t(d)] == 1; });
     std::string e;
     if (flat) {
