@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Checks python/deuteron_pallas_runner.py end to end on python/testdata/add_example.py under TPU
-# interpret mode: float32 and bfloat16 (uint16 convention) at a ragged shape, --time, and the
-# exit status 2 on errors. Needs the venv (scripts/setup_python.sh). Exit 0 if all pass, else 1.
+# Checks the pallas runner (src/backends/pallas/runtime/) end to end on
+# python/testdata/add_example.py under TPU interpret mode: float32 and bfloat16 (uint16
+# convention) at a ragged shape, --time, and the exit status 2 on errors. Needs the venv
+# (scripts/setup_python.sh). Exit 0 if all pass, else 1.
 # Environment: PYTHON=... overrides the interpreter (default <repo>/.venv/bin/python).
 set -uo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-$REPO/.venv/bin/python}"
-RUNNER="$REPO/python/deuteron_pallas_runner.py"
+# The runner imports deuteron_runner.py, which the library writes beside it; here: PYTHONPATH.
+RUNNER="$REPO/src/backends/pallas/runtime/deuteron_pallas_runner.py"
+export PYTHONPATH="$REPO/src/backends/python/runtime${PYTHONPATH:+:$PYTHONPATH}"
 MOD="$REPO/python/testdata/add_example.py"
 if ! [ -x "$PY" ] && ! command -v "$PY" >/dev/null 2>&1; then
   echo "check_runner: $PY not found; run scripts/setup_python.sh first" >&2

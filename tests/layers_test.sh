@@ -44,9 +44,13 @@ layer_for() {
   done
 }
 
-# The target whose folder holds a path (src/backends/<target>/... or backends/<target>/...).
+# The target whose folder holds a path (src/backends/<target>/... or backends/<target>/...);
+# nothing for a shared folder there that is not a target's (src/backends/python/).
 target_of() {
-  [[ "$1" =~ ^(src/)?backends/([A-Za-z0-9_]+)/ ]] && echo "${BASH_REMATCH[2]}"
+  [[ "$1" =~ ^(src/)?backends/([A-Za-z0-9_]+)/ ]] || return 0
+  local t="${BASH_REMATCH[2]}"
+  [[ "${is_target[backend_$t]:-0}" == 1 ]] && echo "$t"
+  return 0
 }
 
 check_includes() {

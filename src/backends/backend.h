@@ -69,6 +69,9 @@ class Backend {
   // Whether this target runs in a simulator on this machine (interpret mode): commands then
   // default to the small shapes and a single timed run.
   virtual bool simulated() const { return false; }
+  // One line on where this target's kernels run here, when that needs saying (the CLI prints
+  // it): e.g. that a simulator stands in for the hardware. Empty: nothing to say.
+  virtual std::string device_note() const { return ""; }
   virtual std::string emit(const plan::Plan& p) const = 0;
   virtual std::unique_ptr<Executable> compile(const plan::Plan& p) const = 0;
   // How the autotuner times this target's candidates; nullptr: it cannot (defaults are used).

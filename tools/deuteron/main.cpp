@@ -74,6 +74,9 @@ int cmd_run(const RunOptions& o) {
   std::vector<int64_t> shape = pick_shape(e, o.shape, o.shapes, o.target);
   DType dt = pick_dtype(e, o.dtype);
   auto args = e.inputs(shape, dt, 1);
+  // Where it runs, when the target has something to say (a simulator standing in, say).
+  std::string device = backends::get(o.target).device_note();
+  if (!device.empty() && !o.json) std::cerr << device << "\n";
   api::RunResult r = api::run(*e.kernel, args, o.target, pick_config(o.config));
 
   // Correctness against the independent reference.
@@ -115,6 +118,7 @@ int cmd_run(const RunOptions& o) {
               {"runs", ms.size()},    {"gbps", gbps},             {"gflops", gflops},
               {"compiled", compiled}, {"tuned", r.tuned},         {"roofline_fraction", fraction},
               {"source", r.exe->source_path}};
+    if (!device.empty()) j["device"] = device;
     std::cout << j.dump() << "\n";
   } else {
     fmt::print("{} {} [{}] on {}: {}\n", e.name, dtype_name(dt), fmt::join(shape, ", "), o.target,

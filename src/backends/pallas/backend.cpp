@@ -4,218 +4,68 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
-#include <sstream>
-#include <system_error>
 
 #include "backends/pallas/codegen.h"
-#include "backends/pallas/npy.h"
 #include "config/keys.h"
 #include "deuteron/error.h"
-#include "runtime/disk_cache.h"
-#include "runtime/env.h"
-#include "runtime/process.h"
-#include "runtime/text.h"
 
 namespace deuteron::embedded {
-// python/deuteron_pallas_runner.py, carried by the library (CMakeLists.txt: deuteron_embed).
+// runtime/deuteron_pallas_runner.py, carried by the library (CMakeLists.txt: deuteron_embed).
 extern const std::string_view deuteron_pallas_runner_py;
 }  // namespace deuteron::embedded
 
 namespace deuteron::pallas {
 
-namespace fs = std::filesystem;
-
 namespace {
 
-// A private temporary directory (0700: the inputs may be someone's data), removed with its
-// contents when this goes out of scope; the next cache_root() sweeps it if this process dies.
-class TempDir {
- public:
-  TempDir() : path_(runtime::make_temp_dir()) {}
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-std::string json_number(double x, DType t) {
-  if (t == DType::i64 || t == DType::i32) return fmt::format("{}", int64_t(x));
-  if (std::isnan(x)) return "NaN";  // Python's json module reads these
-  if (std::isinf(x)) return x > 0 ? "Infinity" : "-Infinity";
-  return fmt::format("{}", x);
+// $DEUTERON_PALLAS_DEVICE: auto (a TPU when JAX sees one), tpu or interpret.
+std::string device_choice() {
+  const char* v = std::getenv("DEUTERON_PALLAS_DEVICE");
+  std::string choice = v && *v ? v : "auto";
+  if (choice != "auto" && choice != "tpu" && choice != "interpret")
+    throw ArgumentError(fmt::format("DEUTERON_PALLAS_DEVICE is '{}'", choice), "",
+                        "set it to auto (a TPU when JAX sees one, else interpret mode), tpu or interpret");
+  return choice;
 }
-
-std::string shell_quote(const std::string& s) {
-  if (s.find_first_of(" '\"\\$`{}[]*?;&|<>()!#\n") == std::string::npos && !s.empty()) return s;
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-// The last `n` lines of text.
-std::string tail(const std::string& text, size_t n) {
-  std::string s = text;
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  size_t pos = s.size();
-  for (size_t i = 0; i < n && pos != std::string::npos && pos > 0; ++i) pos = s.rfind('\n', pos - 1);
-  return pos == std::string::npos || pos == 0 ? s : s.substr(pos + 1);
-}
-
-double timeout_seconds() { return runtime::env_number("DEUTERON_PALLAS_TIMEOUT", 0, 86400, /*lo_open=*/true).value_or(600); }
-
-// Makes the cached module at `path` hold exactly `source` (the file name carries a hash of it):
-// a missing one is written, a damaged, modified or foreign one is rewritten with a warning.
-// Returns whether it was written.
-bool ensure_module(const fs::path& path, const std::string& source) {
-  std::string problem;
-  std::optional<std::string> kept = read_cache_file(path, &problem);
-  if (kept == source) return false;
-  if (kept || !problem.empty())
-    runtime::warn(fmt::format("the cached pallas module {} {}; writing it again", path.string(),
-                              problem.empty() ? "was modified or damaged" : problem));
-  atomic_write(path, source);
-  return true;
-}
-
-class PallasExecutable : public backends::Executable {
- public:
-  PallasExecutable(const plan::Plan& p, fs::path module, std::string source, const TpuGeneration& chip)
-      : kernel_(p.kernel.name), module_(std::move(module)), source_(std::move(source)), chip_(chip.runner_chip) {
-    for (size_t i = 0; i < p.kernel.tensors.size(); ++i)
-      (p.kernel.tensors[i].role == ir::HostRole::Input ? inputs_ : outputs_).push_back(i);
-    for (const ir::ScalarParam& s : p.kernel.scalars) scalars_.push_back(s);
-    // The module's run() takes scalars by their Python names.
-    for (const ir::ScalarParam& s : p.kernel.scalars) scalar_names_.push_back(python_name(s.name));
-    source_path = module_.string();
-  }
-
-  void run(const std::vector<Tensor>& tensors, const std::vector<double>& scalars) override {
-    if (std::string problem = environment_problem(); !problem.empty())
-      throw CompileError(problem, "", "run scripts/setup_python.sh (it installs jax and jaxlib into .venv)");
-    ensure_module(module_, source_);  // what the runner imports is what was generated
-    TempDir dir;
-    std::vector<std::string> argv = {python_path().string(), runner_path().string(), module_.string(),
-                                     "--inputs"};
-    std::vector<std::string> dtypes;
-    bool any_bf16 = false;
-    for (size_t i : inputs_) {
-      fs::path f = dir.path() / fmt::format("in{}.npy", i);
-      write_npy(f, tensors.at(i));
-      argv.push_back(f.string());
-      any_bf16 |= tensors[i].dtype() == DType::bf16;
-      dtypes.push_back(tensors[i].dtype() == DType::bf16 ? "bfloat16" : "-");
-    }
-    argv.push_back("--outputs");
-    std::vector<fs::path> outs;
-    for (size_t i : outputs_) {
-      outs.push_back(dir.path() / fmt::format("out{}.npy", i));
-      argv.push_back(outs.back().string());
-    }
-    if (any_bf16) {
-      argv.push_back("--dtypes");
-      argv.push_back(fmt::format("{}", fmt::join(dtypes, ",")));
-    }
-    for (size_t i = 0; i < scalars_.size(); ++i)
-      if (scalars_[i].dtype == DType::i64 && (scalars.at(i) < INT32_MIN || scalars.at(i) > INT32_MAX))
-        throw ArgumentError(
-            fmt::format("kernel '{}': the int64 scalar argument '{}' = {} does not fit int32, in which the pallas "
-                        "target computes integers",
-                        kernel_, scalars_[i].name, json_number(scalars.at(i), DType::i64)),
-            "", "pass a value within int32, or run this kernel on the cpu target");
-    if (!scalars_.empty()) {
-      std::vector<std::string> kv;
-      for (size_t i = 0; i < scalars_.size(); ++i)
-        kv.push_back(
-            fmt::format("\"{}\": {}", scalar_names_[i], json_number(scalars.at(i), scalars_[i].dtype)));
-      argv.push_back("--scalars");
-      argv.push_back(fmt::format("{{{}}}", fmt::join(kv, ", ")));
-    }
-    argv.push_back("--chip");
-    argv.push_back(chip_);
-
-    runtime::Captured r = runtime::run_captured(argv, timeout_seconds());
-    if (r.spawn_error != 0)
-      throw CompileError(fmt::format("cannot run {}: {}", argv[0], std::generic_category().message(r.spawn_error)),
-                         "", "run scripts/setup_python.sh to create the project's Python environment");
-    std::vector<std::string> quoted;
-    for (const auto& a : argv) quoted.push_back(shell_quote(a));
-    std::string command = fmt::format("{}", fmt::join(quoted, " "));
-    if (r.timed_out)
-      throw RuntimeError(fmt::format("the pallas runner for kernel '{}' timed out after {:.0f} s", kernel_,
-                                     timeout_seconds()),
-                         module_.string(), "raise DEUTERON_PALLAS_TIMEOUT (seconds) or use a smaller grid");
-    if (!r.exit.success()) {
-      // The runner's one-line summary, else the last line it printed.
-      std::string summary;
-      const std::string marker = "deuteron_pallas_runner: error: ";
-      if (size_t at = r.err.rfind(marker); at != std::string::npos) {
-        summary = r.err.substr(at + marker.size());
-        summary = summary.substr(0, summary.find('\n'));
-      } else {
-        summary = r.exit.exited ? tail(r.err, 1) : r.exit.describe();
-      }
-      std::string message = fmt::format("the pallas runner failed for kernel '{}': {}", kernel_, summary);
-      std::string hint =
-          fmt::format("runner output (last lines):\n{}\n  rerun by hand: {}", tail(r.err, 12), command);
-      // Failures inside the simulated TPU (out-of-bounds reads, races) are run-time errors;
-      // anything before (import, tracing, lowering the module) is the target's compile step.
-      bool at_run_time = summary.find("JaxRuntimeError") != std::string::npos ||
-                         summary.find("XlaRuntimeError") != std::string::npos ||
-                         summary.find("race") != std::string::npos || !r.exit.exited;
-      if (at_run_time) throw RuntimeError(message, module_.string(), hint);
-      throw CompileError(message, module_.string(), hint);
-    }
-    for (size_t j = 0; j < outputs_.size(); ++j) {
-      size_t i = outputs_[j];
-      copy_npy_into(read_npy(outs[j]), tensors.at(i),
-                    fmt::format("output {} of the pallas runner ({})", j, outs[j].filename().string()));
-    }
-  }
-
- private:
-  std::string kernel_;
-  fs::path module_;
-  std::string source_;
-  std::string chip_;
-  std::vector<size_t> inputs_, outputs_;
-  std::vector<ir::ScalarParam> scalars_;
-  std::vector<std::string> scalar_names_;
-};
 
 }  // namespace
 
-fs::path venv_dir() {
-  if (const char* v = std::getenv("DEUTERON_VENV"); v && *v) return v;
-  return DEUTERON_DEFAULT_VENV;
+python::RunnerSpec runner_spec(const TpuGeneration& chip, const std::string& device) {
+  python::RunnerSpec spec;
+  spec.target = "pallas";
+  spec.needs = "jax and jaxlib, run in TPU interpret mode";
+  spec.script = python::runner_script("pallas-runner", "deuteron_pallas_runner.py", embedded::deuteron_pallas_runner_py);
+  spec.args = {"--chip", chip.runner_chip, "--device", device};
+  spec.timeout_variable = "DEUTERON_PALLAS_TIMEOUT";
+  spec.narrow_int64 = true;
+  // Failures inside the simulated TPU (out-of-bounds reads, races) are run-time errors;
+  // anything before (import, tracing, lowering the module) is the target's compile step.
+  spec.run_time_failures = {"JaxRuntimeError", "XlaRuntimeError", "race"};
+  return spec;
 }
 
-fs::path python_path() { return venv_dir() / "bin" / "python"; }
+std::string environment_problem() { return python::environment_problem(runner_spec(default_tpu_generation(), "")); }
 
-fs::path runner_path() {
-  return resource_dir("pallas-runner", {{"deuteron_pallas_runner.py", embedded::deuteron_pallas_runner_py}}) /
-         "deuteron_pallas_runner.py";
+Device PallasBackend::device() const {
+  std::string choice = device_choice();
+  if (choice == "interpret")
+    return {false, "pallas: running in interpret mode on the CPU (DEUTERON_PALLAS_DEVICE=interpret)"};
+  const nlohmann::json& report = python::probe(runner_spec(generation(), choice));
+  if (report.value("device", "") == "tpu")
+    return {true, fmt::format("pallas: running on {} {} TPU device(s) ({}, jax {})", report.value("devices", 0),
+                              report.value("device_kind", "?"), generation().name, report.value("jax", "?"))};
+  return {false, fmt::format("pallas: no TPU visible to JAX {}; running in interpret mode on the CPU",
+                             report.value("jax", "?"))};
 }
 
-std::string environment_problem() {
-  if (::access(python_path().c_str(), X_OK) != 0) {
-    std::error_code ec;
-    bool exists = fs::exists(python_path(), ec);
-    return fmt::format(
-        "the pallas target needs the project's Python environment (jax and jaxlib, run in TPU "
-        "interpret mode), but {} {}; {}{}",
-        python_path().string(), exists ? "is not executable" : "does not exist",
-        exists ? "make it executable (chmod +x) or run scripts/setup_python.sh" : "run scripts/setup_python.sh",
-        std::getenv("DEUTERON_VENV") ? " (or fix $DEUTERON_VENV)" : "");
-  }
-  return "";
+bool PallasBackend::simulated() const {
+  // Without the Python environment nothing runs; compile() says so.
+  return !python::environment_problem(runner_spec(generation(), "")).empty() || !device().tpu;
 }
+
+std::string PallasBackend::device_note() const { return device().note; }
 
 const TpuGeneration& PallasBackend::generation() const {
   return generation_.empty() ? default_tpu_generation() : tpu_generation(generation_);
@@ -311,10 +161,12 @@ std::unique_ptr<backends::Executable> PallasBackend::compile(const plan::Plan& p
   std::string source = generate(p, generation());
   if (std::string problem = environment_problem(); !problem.empty())
     throw CompileError(problem, "", "run scripts/setup_python.sh (it installs jax and jaxlib into .venv)");
-  fs::path path = cache_root() / "pallas" /
-                  fmt::format("{}-{}.py", runtime::file_stem(p.kernel.name), hash_hex(source).substr(0, 16));
-  bool fresh = ensure_module(path, source);
-  auto exe = std::make_unique<PallasExecutable>(p, path, source, generation());
+  auto [path, fresh] = python::cache_module("pallas", p.kernel.name, source);
+  // The module's run() takes scalars by their Python names.
+  std::vector<std::string> scalar_names;
+  for (const ir::ScalarParam& s : p.kernel.scalars) scalar_names.push_back(python_name(s.name));
+  python::RunnerSpec spec = runner_spec(generation(), device().tpu ? "tpu" : "interpret");
+  auto exe = std::make_unique<python::ModuleExecutable>(p, path, source, std::move(spec), std::move(scalar_names));
   exe->compiled = fresh;
   return exe;
 }

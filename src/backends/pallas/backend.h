@@ -1,6 +1,7 @@
 // The pallas target: a JAX/Pallas Python module (pl.pallas_call) per plan, run by
-// python/deuteron_pallas_runner.py in the project's virtual environment. On a CPU host it runs
-// under JAX's TPU interpret mode; the module compiles for a real TPU with interpret=False.
+// runtime/deuteron_pallas_runner.py in the project's virtual environment (backends/python).
+// On a TPU that JAX sees it runs compiled (interpret=False); elsewhere under JAX's TPU
+// interpret mode on the CPU.
 #pragma once
 
 #include <filesystem>
@@ -8,8 +9,15 @@
 
 #include "backends/backend.h"
 #include "backends/pallas/hardware.h"
+#include "backends/python/runner.h"
 
 namespace deuteron::pallas {
+
+// Where modules run, and the line that says so.
+struct Device {
+  bool tpu = false;  // else TPU interpret mode on the CPU
+  std::string note;
+};
 
 class PallasBackend : public backends::Backend {
  public:
@@ -25,13 +33,15 @@ class PallasBackend : public backends::Backend {
   void extend_space(const ir::Kernel& k, const config::TargetLimits& limits,
                     config::ConfigSpace& space) const override;
   void refine(plan::Plan& p, const config::TargetLimits& limits) const override;
-  // Throw CompileError naming the construct for kernels this target cannot express yet
-  // (inner tile loops, gathers, ...).
   // The constructs the generator cannot lower yet (inner tile loops, hl::dot, gathers, ...).
   void check_expressible(const plan::Plan& p) const override;
   std::string describe(const plan::Plan& p) const override;
-  // Runs under JAX's TPU interpret mode here.
-  bool simulated() const override { return true; }
+  // Whether JAX sees no TPU (or there is no Python environment to ask).
+  bool simulated() const override;
+  std::string device_note() const override;
+  // $DEUTERON_PALLAS_DEVICE (auto, tpu, interpret) and, unless interpret, the runner's probe
+  // of jax.devices() (once per process).
+  Device device() const;
   std::string emit(const plan::Plan& p) const override;
   // Writes the module to the on-disk cache (cache_root()/pallas) and returns an executable
   // that runs it through the runner in a subprocess. Throws CompileError when the Python
@@ -55,14 +65,10 @@ class PallasBackend : public backends::Backend {
 // The registry's entry for this target (backends/registry.h).
 std::unique_ptr<backends::Backend> make_backend();
 
-// The virtual environment: $DEUTERON_VENV, else the one scripts/setup_python.sh makes in the
-// source tree the library was built from (<source dir>/.venv).
-std::filesystem::path venv_dir();
-// <venv>/bin/python, and the library's copy of python/deuteron_pallas_runner.py written into
-// the cache (runtime/disk_cache.h: resource_dir).
-std::filesystem::path python_path();
-std::filesystem::path runner_path();
-// Empty when the Python exists, else what is missing and how to fix it (run scripts/setup_python.sh).
+// How this target runs modules on `chip`: its runner script and options (--device auto, tpu
+// or interpret), int64 narrowed to int32, DEUTERON_PALLAS_TIMEOUT.
+python::RunnerSpec runner_spec(const TpuGeneration& chip, const std::string& device);
+// Empty when the Python environment exists, else what is missing and how to fix it.
 std::string environment_problem();
 
 }  // namespace deuteron::pallas

@@ -4,7 +4,7 @@
 // of 64 bytes and ended by '\n', then the raw C-order data.
 //
 // bfloat16 has no NumPy dtype: it travels as '<u2' holding the raw bits (the convention of
-// python/deuteron_pallas_runner.py, which is told the logical dtype with --dtypes).
+// runtime/deuteron_runner.py, which is told the logical dtype with --dtypes).
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,7 @@
 
 #include "deuteron/tensor.h"
 
-namespace deuteron::pallas {
+namespace deuteron::python {
 
 // The .npy descr of a tensor dtype: '<f4', '<u2' (bfloat16 bits), '<f2', '<i4', '<i8', '|b1'.
 std::string npy_descr(DType t);
@@ -35,4 +35,4 @@ NpyArray read_npy(const std::filesystem::path& path);
 // Copies an array into `out` after checking its shape and that its descr is `out`'s dtype's.
 void copy_npy_into(const NpyArray& a, const Tensor& out, const std::string& what);
 
-}  // namespace deuteron::pallas
+}  // namespace deuteron::python

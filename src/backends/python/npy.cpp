@@ -1,4 +1,4 @@
-#include "backends/pallas/npy.h"
+#include "backends/python/npy.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -9,7 +9,7 @@
 
 #include "deuteron/error.h"
 
-namespace deuteron::pallas {
+namespace deuteron::python {
 
 namespace {
 
@@ -148,4 +148,4 @@ void copy_npy_into(const NpyArray& a, const Tensor& out, const std::string& what
   for (int64_t i = 0; i < dst.numel(); ++i) dst.set(i, tmp.get(i));
 }
 
-}  // namespace deuteron::pallas
+}  // namespace deuteron::python
