@@ -72,5 +72,12 @@ for k in add softmax; do
   out=$("$BIN" run $k --target pallas --shapes small --json 2>&1)
   check "$k on the pallas target is correct" has "$out" '"correct":true'
 done
+# Where it ran: one line (stderr), and a field of --json. JAX_PLATFORMS=cpu: no TPU anywhere.
+out=$(JAX_PLATFORMS=cpu "$BIN" run add --target pallas --shapes small 2>&1 >/dev/null)
+check "pallas says it runs in interpret mode" has "$out" '^pallas: no TPU visible to JAX [0-9.]*; running in interpret mode on the CPU$'
+out=$(JAX_PLATFORMS=cpu "$BIN" run add --target pallas --shapes small --json 2>/dev/null)
+check "pallas run --json carries the device" has "$out" '"device":"pallas: no TPU visible to JAX'
+out=$(JAX_PLATFORMS=cpu DEUTERON_PALLAS_DEVICE=tpu "$BIN" run add --target pallas --shapes small 2>&1)
+check "pallas with DEUTERON_PALLAS_DEVICE=tpu and no TPU is an error" has "$out" 'error: .*no TPU visible to JAX'
 
 checks_done
