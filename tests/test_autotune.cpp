@@ -28,6 +28,7 @@
 #include "autotune/process.h"
 #include "autotune/search.h"
 #include "backends/cpu/compiler.h"
+#include "backends/pallas/backend.h"
 #include "deuteron/deuteron.h"
 #include "driver/driver.h"
 #include "runtime/disk_cache.h"
@@ -496,6 +497,65 @@ TEST_F(Autotune, WrongAnswersAreRejectedAgainstTheDefault) {
   EXPECT_NE(x->reason.find("default config"), std::string::npos) << x->reason;
   EXPECT_NE(x->reason.find("beyond |err| <= "), std::string::npos) << "the bound it used: " << x->reason;
   EXPECT_EQ(r.best, s.space.default_config());
+}
+
+// The pallas target's harness, end to end in TPU interpret mode: its --serve worker times
+// each candidate (samples of device time), writes outputs into the tuner's arena, where a
+// wrong one is rejected against the reference, and the best config is cached under the
+// device it was timed on. A ragged shape, two candidates besides the default.
+class PallasAutotune : public Autotune {};
+
+TEST_F(PallasAutotune, HarnessTimesChecksAndCaches) {
+  std::string problem = pallas::environment_problem();
+  ASSERT_TRUE(problem.empty()) << problem;
+  auto args = add_args(20, 200);
+  auto s = driver::specialize(tune_add, frontend::describe_args(tune_add, args), "pallas");
+  auto with = [&](int64_t b0, int64_t b1) {
+    Config c = s.space.default_config();
+    c.set("block_t0", b0);
+    c.set("block_t1", b1);
+    return s.space.complete(c);
+  };
+  Config good = with(16, 256), wrong = with(32, 128);
+  for (const Config& c : {good, wrong}) ASSERT_NE(c, s.space.default_config()) << c.dump();
+  ASSERT_NE(good, wrong);
+  forget("autotune_test_add");
+  autotune::TuneOptions o = small_options();
+  o.args = args;
+  o.reference = add_reference;
+  o.candidates = {good, wrong};
+  o.max_candidates = 3;
+  o.run_timeout_s = 60;
+  o.inject = "wrong:" + wrong.dump();
+  autotune::TuneResult r = autotune::tune(s, o);
+  EXPECT_FALSE(r.from_cache);
+  for (const Config& c : {s.space.default_config(), good}) {
+    const Candidate* x = find(r, c);
+    ASSERT_NE(x, nullptr) << c.dump();
+    EXPECT_EQ(x->status, Candidate::Status::Ok) << c.dump() << ": " << x->reason;
+    EXPECT_GE(x->samples, 3) << c.dump();
+    EXPECT_GT(x->median_s, 0) << c.dump();
+  }
+  const Candidate* x = find(r, wrong);
+  ASSERT_NE(x, nullptr);
+  EXPECT_EQ(x->status, Candidate::Status::Rejected) << x->reason;
+  EXPECT_NE(x->reason.find("wrong answer"), std::string::npos) << x->reason;
+  EXPECT_EQ(r.ok, 2);
+  EXPECT_EQ(r.rejected, 1);
+  EXPECT_NE(r.best, wrong);
+  EXPECT_GT(r.best_s, 0);
+
+  ASSERT_TRUE(fs::exists(r.cache_path));
+  EXPECT_NE(read_file(r.cache_path)->find("interpret mode on the CPU"), std::string::npos)
+      << "the entry names the device it was timed on";
+  autotune::clear_memory_cache();
+  autotune::TuneResult again = autotune::tune(s, o);
+  EXPECT_TRUE(again.from_cache);
+  EXPECT_EQ(again.best, r.best);
+  // A kernel call in interpret mode takes the cached config and does not tune.
+  driver::Choice choice = api::choose_config(s);
+  EXPECT_EQ(choice.origin, "cache");
+  EXPECT_EQ(choice.config, r.best);
 }
 
 // A kernel that runs in microseconds is tuned for seconds, not the effort's minute: the time

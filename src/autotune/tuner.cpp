@@ -1197,8 +1197,14 @@ driver::Choice choose(const driver::Specialized& s, const std::string& effort) {
   if (auto seed = runtime::env_integer("DEUTERON_AUTOTUNE_SEED", 0, INT64_MAX)) o.seed = uint64_t(*seed);
   if (std::string v = env("DEUTERON_AUTOTUNE_PROGRESS"); !v.empty()) o.progress = v;
   if (env("DEUTERON_AUTOTUNE_RETUNE") == "1") o.read_cache = false;
-  // A target the tuner cannot time yet runs its default config, quietly.
+  // A target the tuner cannot time yet runs its default config, quietly. In a simulator
+  // (TPU interpret mode) timings only inform: a call takes a cached config, else the default,
+  // and tunes only when asked (`deuteron tune`, autotune::tune).
   if (!can_tune(s.backend->name())) return {s.space.default_config(), "default", false};
+  if (s.backend->simulated()) {
+    if (std::optional<config::Config> c = cached(s)) return {*c, "cache", false};
+    return {s.space.default_config(), "default", false};
+  }
   try {
     TuneResult r = tune(s, o);
     if (!r.from_cache && o.progress != "quiet")

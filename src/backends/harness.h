@@ -4,8 +4,9 @@
 // tuned returns one from Backend::harness().
 //
 // The runner protocol (tensors in shared memory, commands on stdin, samples on stdout) is
-// described in backends/cpu/runner_source.h; a Pallas or Triton harness would supply a Python
-// runner speaking the same protocol.
+// described in backends/cpu/runner_source.h; Python-based targets (backends/pallas/harness.cpp)
+// run their runner script with --serve, which speaks it with the differences listed in
+// backends/python/runtime/deuteron_runner.py.
 #pragma once
 
 #include <string>

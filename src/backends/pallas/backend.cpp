@@ -51,13 +51,18 @@ std::string environment_problem() { return python::environment_problem(runner_sp
 Device PallasBackend::device() const {
   std::string choice = device_choice();
   if (choice == "interpret")
-    return {false, "pallas: running in interpret mode on the CPU (DEUTERON_PALLAS_DEVICE=interpret)"};
+    return {false, "interpret mode on the CPU",
+            "pallas: running in interpret mode on the CPU (DEUTERON_PALLAS_DEVICE=interpret)"};
   const nlohmann::json& report = python::probe(runner_spec(generation(), choice));
-  if (report.value("device", "") == "tpu")
-    return {true, fmt::format("pallas: running on {} {} TPU device(s) ({}, jax {})", report.value("devices", 0),
-                              report.value("device_kind", "?"), generation().name, report.value("jax", "?"))};
-  return {false, fmt::format("pallas: no TPU visible to JAX {}; running in interpret mode on the CPU",
-                             report.value("jax", "?"))};
+  std::string jax = report.value("jax", "?");
+  if (report.value("device", "") == "tpu") {
+    std::string kind = report.value("device_kind", "?");
+    return {true, fmt::format("{}, jax {}", kind, jax),
+            fmt::format("pallas: running on {} {} TPU device(s) ({}, jax {})", report.value("devices", 0), kind,
+                        generation().name, jax)};
+  }
+  return {false, fmt::format("interpret mode on the CPU, jax {}", jax),
+          fmt::format("pallas: no TPU visible to JAX {}; running in interpret mode on the CPU", jax)};
 }
 
 bool PallasBackend::simulated() const {

@@ -16,6 +16,7 @@ namespace deuteron::pallas {
 // Where modules run, and the line that says so.
 struct Device {
   bool tpu = false;  // else TPU interpret mode on the CPU
+  std::string kind;  // "TPU v5 lite, jax 0.10.2", "interpret mode on the CPU, jax 0.10.2"
   std::string note;
 };
 
@@ -47,6 +48,8 @@ class PallasBackend : public backends::Backend {
   // that runs it through the runner in a subprocess. Throws CompileError when the Python
   // environment is missing.
   std::unique_ptr<backends::Executable> compile(const plan::Plan& p) const override;
+  // Candidates run in the runner's --serve worker (harness.cpp), timed on the device.
+  std::unique_ptr<backends::Harness> harness() const override;
 
   // A config near `c` that this target's hard rules allow, for the driver to apply to the
   // default config (the hook proposed for backends::Backend; not virtual there yet): raises

@@ -74,11 +74,7 @@ std::string setup_hint(const RunnerSpec& spec) {
 // the run in messages ("for kernel 'add'"), `module` is where the error points.
 std::string run_runner(const RunnerSpec& spec, const std::vector<std::string>& args, const std::string& what,
                        const std::string& module) {
-  if (std::string problem = environment_problem(spec); !problem.empty())
-    throw CompileError(problem, "", setup_hint(spec));
-  std::vector<std::string> argv = {python_path().string(), spec.script.string()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  argv.insert(argv.end(), spec.args.begin(), spec.args.end());
+  std::vector<std::string> argv = runner_command(spec, args);
   double timeout = runtime::env_number(spec.timeout_variable.c_str(), 0, 86400, /*lo_open=*/true).value_or(600);
   runtime::Captured r = runtime::run_captured(argv, timeout);
   if (r.spawn_error != 0)
@@ -126,6 +122,15 @@ std::string environment_problem(const RunnerSpec& spec) {
                      exists ? "make it executable (chmod +x) or run scripts/setup_python.sh"
                             : "run scripts/setup_python.sh",
                      std::getenv("DEUTERON_VENV") ? " (or fix $DEUTERON_VENV)" : "");
+}
+
+std::vector<std::string> runner_command(const RunnerSpec& spec, const std::vector<std::string>& args) {
+  if (std::string problem = environment_problem(spec); !problem.empty())
+    throw CompileError(problem, "", setup_hint(spec));
+  std::vector<std::string> argv = {python_path().string(), spec.script.string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.insert(argv.end(), spec.args.begin(), spec.args.end());
+  return argv;
 }
 
 fs::path runner_script(std::string_view kind, std::string_view name, std::string_view script) {
@@ -191,13 +196,25 @@ ModuleExecutable::ModuleExecutable(const plan::Plan& p, fs::path module, std::st
       module_(std::move(module)),
       source_(std::move(source)),
       spec_(std::move(spec)),
+      tensors_(p.kernel.tensors),
       scalars_(p.kernel.scalars),
       scalar_names_(std::move(scalar_names)) {
-  for (size_t i = 0; i < p.kernel.tensors.size(); ++i) {
-    (p.kernel.tensors[i].role == ir::HostRole::Input ? inputs_ : outputs_).push_back(i);
-    tensor_names_.push_back(p.kernel.tensors[i].name);
-  }
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    (tensors_[i].role == ir::HostRole::Input ? inputs_ : outputs_).push_back(i);
   source_path = module_.string();
+}
+
+std::string ModuleExecutable::worker_line() const {
+  nlohmann::json tensors = nlohmann::json::array(), scalars = nlohmann::json::array();
+  for (const ir::HostTensor& t : tensors_)
+    tensors.push_back({{"dtype", dtype_name(t.dtype)},
+                       {"shape", t.shape},
+                       {"strides", t.strides},
+                       {"output", t.role == ir::HostRole::Output}});
+  for (size_t i = 0; i < scalars_.size(); ++i)
+    scalars.push_back({{"name", scalar_names_.at(i)}, {"dtype", dtype_name(scalars_[i].dtype)}});
+  nlohmann::json layout = {{"tensors", tensors}, {"scalars", scalars}};
+  return fmt::format("kernel {} {}", runtime::encode_field(module_.string()), runtime::encode_field(layout.dump()));
 }
 
 void ModuleExecutable::run(const std::vector<Tensor>& tensors, const std::vector<double>& scalars) {
@@ -210,7 +227,7 @@ void ModuleExecutable::run(const std::vector<Tensor>& tensors, const std::vector
     fs::path f = dir.path() / fmt::format("in{}.npy", i);
     const Tensor& t = tensors.at(i);
     write_npy(f, spec_.narrow_int64 && t.dtype() == DType::i64
-                     ? narrow_to_int32(t, spec_.target, kernel_, tensor_names_[i])
+                     ? narrow_to_int32(t, spec_.target, kernel_, tensors_[i].name)
                      : t);
     args.push_back(f.string());
     any_bf16 |= t.dtype() == DType::bf16;

@@ -64,6 +64,12 @@ Tensor narrow_to_int32(const Tensor& t, std::string_view target, std::string_vie
 // process for each runner and arguments. Throws CompileError when the runner fails.
 const nlohmann::json& probe(const RunnerSpec& spec);
 
+// The command line of the target's runner: the venv's Python, the script, `args`, the spec's
+// options. Throws CompileError when the Python environment is missing. With {"--serve"} it is
+// the tuner's worker (backends/harness.h), which speaks the protocol of
+// backends/cpu/runner_source.h with the differences runtime/deuteron_runner.py lists.
+std::vector<std::string> runner_command(const RunnerSpec& spec, const std::vector<std::string>& args);
+
 // Runs a module: writes the inputs as .npy files into a private temporary folder, runs the
 // target's runner on them in the venv with a time limit, reads the outputs back. A failure is
 // a CompileError or RuntimeError carrying the runner's summary, its last lines and the command
@@ -77,6 +83,9 @@ class ModuleExecutable : public backends::Executable {
   void run(const std::vector<Tensor>& tensors, const std::vector<double>& scalars) override;
   // The runner's JSON line of the last run.
   const nlohmann::json& report() const { return report_; }
+  // The tuner's "kernel" command for this module (runner_command with --serve): its path and the layout
+  // of the tensors and scalars as JSON, each one encoded field.
+  std::string worker_line() const;
 
  private:
   std::string kernel_;
@@ -84,7 +93,7 @@ class ModuleExecutable : public backends::Executable {
   std::string source_;
   RunnerSpec spec_;
   std::vector<size_t> inputs_, outputs_;
-  std::vector<std::string> tensor_names_;
+  std::vector<ir::HostTensor> tensors_;
   std::vector<ir::ScalarParam> scalars_;
   std::vector<std::string> scalar_names_;
   nlohmann::json report_;
