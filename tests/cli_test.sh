@@ -77,6 +77,15 @@ out=$(JAX_PLATFORMS=cpu "$BIN" run add --target pallas --shapes small 2>&1 >/dev
 check "pallas says it runs in interpret mode" has "$out" '^pallas: no TPU visible to JAX [0-9.]*; running in interpret mode on the CPU$'
 out=$(JAX_PLATFORMS=cpu "$BIN" run add --target pallas --shapes small --json 2>/dev/null)
 check "pallas run --json carries the device" has "$out" '"device":"pallas: no TPU visible to JAX'
+# --chip picks the TPU generation the pallas target plans for (its VMEM rules); every row.
+for chip in v4 v5e v5p v6e v7x; do
+  out=$("$BIN" emit add --target pallas --shapes small --chip $chip 2>/dev/null)
+  check "emit --chip $chip plans for $chip" has "$out" "^# VMEM on $chip: "
+done
+out=$("$BIN" emit add --target pallas --shapes small --chip v9 2>&1)
+check "an unknown --chip names the known ones" has "$out" 'choose one of v4, v5e, v5p, v6e, v7x'
+out=$("$BIN" emit add --shapes small --chip v5e 2>&1)
+check "the cpu target takes no --chip" has "$out" 'the cpu target takes no --chip'
 out=$(JAX_PLATFORMS=cpu DEUTERON_PALLAS_DEVICE=tpu "$BIN" run add --target pallas --shapes small 2>&1)
 check "pallas with DEUTERON_PALLAS_DEVICE=tpu and no TPU is an error" has "$out" 'error: .*no TPU visible to JAX'
 

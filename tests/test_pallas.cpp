@@ -501,6 +501,41 @@ TEST_F(PallasTarget, LimitsComeFromTheTpuTable) {
   EXPECT_EQ(pallas::padded_vmem_bytes(v5e, {8, 300}, DType::bf16), 16 * 384 * 2);
 }
 
+// Every generation the table holds has every figure, sourced, and the five the pallas target
+// plans for are all there (by their --chip names).
+TEST(TpuTable, EveryGenerationIsComplete) {
+  std::vector<std::string> names;
+  for (const pallas::TpuGeneration& g : pallas::tpu_generations()) {
+    names.push_back(g.name);
+    SCOPED_TRACE(g.name);
+    EXPECT_FALSE(g.runner_chip.empty());
+    EXPECT_GE(g.cores_per_chip, g.cores_per_device);
+    EXPECT_GE(g.cores_per_device, 1);
+    EXPECT_GT(g.vmem_bytes, 0);
+    EXPECT_GT(g.scoped_vmem_bytes, 0);
+    EXPECT_LE(g.scoped_vmem_bytes, g.vmem_bytes);
+    EXPECT_GT(g.hbm_bytes_per_s, 1e11);
+    EXPECT_GT(g.bf16_flops, 1e13);
+    EXPECT_GE(g.mxus_per_core, 1);
+    EXPECT_TRUE(g.mxu_width == 128 || g.mxu_width == 256) << g.mxu_width;
+    EXPECT_FALSE(g.mxu.empty());
+    // A clock a TPU runs at, and a VPU well below the MXU.
+    EXPECT_GT(g.clock_hz, 0.9e9);
+    EXPECT_LT(g.clock_hz, 2.5e9);
+    EXPECT_GT(g.vpu_f32_flops, 1e12);
+    EXPECT_LT(g.vpu_f32_flops, g.bf16_flops / 10);
+    EXPECT_TRUE(g.vpu_uncertain) << "no public source gives a VPU peak";
+    EXPECT_NE(g.sources.find("[jax]"), std::string::npos) << g.sources;
+    EXPECT_NE(g.sources.find("cloud.google.com/tpu/docs/"), std::string::npos) << g.sources;
+    EXPECT_EQ(pallas::tpu_generation(g.name).name, g.name);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"v4", "v5e", "v5p", "v6e", "v7x"}));
+  // The published clocks the derivation must reproduce.
+  EXPECT_NEAR(pallas::tpu_generation("v4").clock_hz, 1.05e9, 0.01e9);
+  EXPECT_NEAR(pallas::tpu_generation("v5e").clock_hz, 1.5e9, 0.01e9);
+  EXPECT_NEAR(pallas::tpu_generation("v5p").clock_hz, 1.75e9, 0.01e9);
+}
+
 TEST_F(PallasTarget, MissingVenvIsACompileErrorNamingTheSetupScript) {
   const examples::Entry& e = examples::find("add");
   std::vector<Arg> args = e.inputs({16, 128}, DType::f32, 1);

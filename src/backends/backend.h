@@ -69,6 +69,10 @@ class Backend {
   // Whether this target runs in a simulator on this machine (interpret mode): commands then
   // default to the small shapes and a single timed run.
   virtual bool simulated() const { return false; }
+  // The hardware generations this target can plan for (`--chip`), and the environment
+  // variable that selects one for the process; none: it plans for the machine it runs on.
+  virtual std::vector<std::string> chips() const { return {}; }
+  virtual std::string chip_variable() const { return ""; }
   // One line on where this target's kernels run here, when that needs saying (the CLI prints
   // it): e.g. that a simulator stands in for the hardware. Empty: nothing to say.
   virtual std::string device_note() const { return ""; }

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -62,14 +63,28 @@ double median(std::vector<double> v) {
 }
 
 struct RunOptions {
-  std::string kernel, target = "cpu", shapes, dtype = "float32", config;
+  std::string kernel, target = "cpu", shapes, dtype = "float32", config, chip;
   std::optional<std::string> shape;
   int repeat = 0;
   bool json = false;
   bool explain_fast_memory = false;
 };
 
+// --chip: the hardware generation the target plans for, through its own variable.
+void select_chip(const RunOptions& o) {
+  if (o.chip.empty()) return;
+  const backends::Backend& b = backends::get(o.target);
+  std::vector<std::string> chips = b.chips();
+  if (chips.empty())
+    throw ArgumentError(fmt::format("the {} target takes no --chip: it plans for the machine it runs on", o.target));
+  if (std::find(chips.begin(), chips.end(), o.chip) == chips.end())
+    throw ArgumentError(fmt::format("the {} target knows no chip '{}'", o.target, o.chip), "",
+                        fmt::format("choose one of {}", fmt::join(chips, ", ")));
+  setenv(b.chip_variable().c_str(), o.chip.c_str(), 1);
+}
+
 int cmd_run(const RunOptions& o) {
+  select_chip(o);
   const examples::Entry& e = examples::find(o.kernel);
   std::vector<int64_t> shape = pick_shape(e, o.shape, o.shapes, o.target);
   DType dt = pick_dtype(e, o.dtype);
@@ -177,6 +192,7 @@ std::string explain_fast_memory(const driver::Specialized& s, const config::Conf
 }
 
 int cmd_emit(const RunOptions& o, bool ir, bool plan) {
+  select_chip(o);
   const examples::Entry& e = examples::find(o.kernel);
   std::vector<int64_t> shape = pick_shape(e, o.shape, o.shapes, o.target);
   DType dt = pick_dtype(e, o.dtype);
@@ -317,6 +333,7 @@ void add_core_commands(CLI::App& app) {
     c->add_option("--shapes", o.shapes, "small (ragged test shape) or bench");
     c->add_option("--dtype", o.dtype, "float32, bfloat16, ...");
     c->add_option("--config", o.config, "a config as JSON; default: pinned, cached or tuned");
+    c->add_option("--chip", o.chip, "the hardware the target plans for (pallas: v4, v5e, v5p, v6e, v7x)");
     c->add_flag("--json", o.json, "machine-readable output");
   };
   CLI::App* run = app.add_subcommand("run", "make inputs, run a kernel, check it against its reference, time it");

@@ -72,6 +72,12 @@ bool PallasBackend::simulated() const {
 
 std::string PallasBackend::device_note() const { return device().note; }
 
+std::vector<std::string> PallasBackend::chips() const {
+  std::vector<std::string> out;
+  for (const TpuGeneration& g : tpu_generations()) out.push_back(g.name);
+  return out;
+}
+
 const TpuGeneration& PallasBackend::generation() const {
   return generation_.empty() ? default_tpu_generation() : tpu_generation(generation_);
 }

@@ -40,6 +40,9 @@ class PallasBackend : public backends::Backend {
   // Whether JAX sees no TPU (or there is no Python environment to ask).
   bool simulated() const override;
   std::string device_note() const override;
+  // The TPU table's generations; $DEUTERON_TPU_GENERATION selects one.
+  std::vector<std::string> chips() const override;
+  std::string chip_variable() const override { return "DEUTERON_TPU_GENERATION"; }
   // $DEUTERON_PALLAS_DEVICE (auto, tpu, interpret) and, unless interpret, the runner's probe
   // of jax.devices() (once per process).
   Device device() const;

@@ -13,17 +13,24 @@ namespace deuteron::pallas {
 
 struct TpuGeneration {
   std::string name;               // "v5e"
-  std::string runner_chip;        // the --chip name of python/deuteron_pallas_runner.py
+  std::string runner_chip;        // the --chip name of runtime/deuteron_pallas_runner.py
+  int cores_per_chip = 1;         // TensorCores on one chip
   int cores_per_device = 1;       // TensorCores behind one JAX device (2 on megacore chips)
   int64_t vmem_bytes = 0;         // physical VMEM per TensorCore
   int64_t scoped_vmem_bytes = 0;  // default scoped VMEM limit (what a kernel may use unasked)
   bool scoped_vmem_uncertain = false;
   double hbm_bytes_per_s = 0;  // per JAX device
-  double bf16_flops = 0;       // peak per JAX device
+  double bf16_flops = 0;       // MXU peak per JAX device (bf16 in, f32 accumulation)
+  int mxus_per_core = 0;       // matrix units per TensorCore,
+  int mxu_width = 0;           // each a mxu_width x mxu_width systolic array
   std::string mxu;             // "4 x 128x128 per core"
+  double clock_hz = 0;         // derived: see hardware.cpp
+  double vpu_f32_flops = 0;    // VPU peak per JAX device, f32 operations (derived, see hardware.cpp)
+  bool vpu_uncertain = true;   // every VPU figure is derived, not published
   int sublanes = 8;            // a vreg is sublanes x lanes 32-bit words
   int lanes = 128;
   double seconds_per_grid_step = 0;  // fixed cost per grid step; 0 = unmeasured
+  std::string sources;               // where the figures come from, in one line
 };
 
 // Every generation the table holds, oldest first.
