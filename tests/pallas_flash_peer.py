@@ -1,6 +1,6 @@
 """Deuteron's attention against JAX's own Pallas TPU flash attention, on the same inputs.
 
-Usage: python pallas_flash_peer.py RUNNER_DIR ATTENTION.py CAUSAL.py B H S D
+Usage: python pallas_flash_peer.py SRC_DIR ATTENTION.py CAUSAL.py B H S D  (SRC_DIR: the repository's src/)
 
 Both run under TPU interpret mode on the CPU (JAX's kernel through
 pltpu.force_tpu_interpret_mode, with races, out-of-bounds reads and uninitialised memory
@@ -30,9 +30,9 @@ def reference(q, k, v, causal):
 
 
 def main():
-    runner_dir, plain_path, causal_path = sys.argv[1:4]
+    src, plain_path, causal_path = sys.argv[1:4]
     b, h, s, d = (int(x) for x in sys.argv[4:8])
-    sys.path.insert(0, runner_dir)
+    sys.path[:0] = [f"{src}/backends/pallas/runtime", f"{src}/backends/python/runtime"]
     import deuteron_pallas_runner as runner
 
     runner.install_cpu_tpu_info("v5e")

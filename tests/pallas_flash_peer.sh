@@ -14,4 +14,4 @@ shape=1,2,256,64  # JAX's kernel takes whole 128-row blocks
 for k in attention attention_causal; do
   "$BIN" emit "$k" --target pallas --shape "$shape" --config '{"block_q":128,"block_kv":64}' >"$dir/$k.py"
 done
-"$VENV/bin/python" "$HERE/pallas_flash_peer.py" "$HERE/../python" "$dir/attention.py" "$dir/attention_causal.py" ${shape//,/ }
+"$VENV/bin/python" "$HERE/pallas_flash_peer.py" "$HERE/../src" "$dir/attention.py" "$dir/attention_causal.py" ${shape//,/ }

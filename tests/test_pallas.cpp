@@ -1,5 +1,5 @@
 // The pallas target: add and softmax generated from the same lowered plan as the cpu target,
-// run by python/deuteron_pallas_runner.py under JAX's TPU interpret mode, against the
+// run by src/backends/pallas/runtime/deuteron_pallas_runner.py under JAX's TPU interpret mode, against the
 // catalogue's references at ragged shapes; and the target's checks and errors.
 //
 // The runs need the project's Python environment (scripts/setup_python.sh). Without it they

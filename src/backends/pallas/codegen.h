@@ -2,7 +2,7 @@
 // one pl.BlockSpec per operand, and the grid loop's body as jnp operations on blocks.
 //
 // The module defines `run(*inputs, **scalars, interpret=None)` (the convention of
-// python/deuteron_pallas_runner.py): inputs are the kernel's tensor inputs in IR order,
+// src/backends/pallas/runtime/deuteron_pallas_runner.py): inputs are the kernel's tensor inputs in IR order,
 // scalars its scalar arguments by name; it returns the outputs (one array, or a tuple).
 #pragma once
 
