@@ -80,6 +80,8 @@ std::vector<LoopCase> loop_cases() {
   };
 }
 
+void PrintTo(const LoopCase& c, std::ostream* os) { *os << c.name; }
+
 class PallasLoop : public testing::TestWithParam<LoopCase> {
  protected:
   void SetUp() override {
