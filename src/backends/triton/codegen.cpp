@@ -623,29 +623,34 @@ class Generator {
     da.insert(da.end(), {m, kd});
     db.insert(db.end(), {kd, n});
     dr.insert(dr.end(), {m, n});
-    x = align(x, a.dims, batch_block == 1 ? std::vector<int>{m, kd} : da, true, op);
-    y = align(y, b.dims, batch_block == 1 ? std::vector<int>{kd, n} : db, true, op);
-    if (batch_block > 1 && batch.size() > 1) {  // tl.dot takes one batch dim
-      x = fmt::format("tl.reshape({}, ({}, {}, {}))", x, batch_block, axis_const(m), axis_const(kd));
-      y = fmt::format("tl.reshape({}, ({}, {}, {}))", y, batch_block, axis_const(kd), axis_const(n));
+    // tl.dot takes 2-D operands, or 3-D with one batch dim: the batch dims (blocks of one, or
+    // of more) fold into it.
+    bool flat2 = batch_block == 1;
+    bool fold = !batch.empty() && (flat2 || batch.size() > 1);
+    auto folded = [&](const std::string& v, int rows, int cols) {
+      return flat2 ? fmt::format("tl.reshape({}, ({}, {}))", v, axis_const(rows), axis_const(cols))
+                   : fmt::format("tl.reshape({}, ({}, {}, {}))", v, batch_block, axis_const(rows), axis_const(cols));
+    };
+    x = align(x, a.dims, da, true, op);
+    y = align(y, b.dims, db, true, op);
+    if (fold) {
+      x = folded(x, m, kd);
+      y = folded(y, kd, n);
     }
     if (bf16) {
       x = paren(x) + ".to(tl.bfloat16)";
       y = paren(y) + ".to(tl.bfloat16)";
     }
-    std::vector<int> flat = batch_block == 1 ? std::vector<int>{m, n} : dr;
     std::vector<std::string> args = {x, y};
     if (op.inputs.size() > 2) {
-      std::string acc = align(name(op.inputs[2]), k_.value(op.inputs[2]).dims, flat, true, op);
-      if (batch_block > 1 && batch.size() > 1)
-        acc = fmt::format("tl.reshape({}, ({}, {}, {}))", acc, batch_block, axis_const(m), axis_const(n));
-      args.push_back(acc);
+      std::string acc = align(name(op.inputs[2]), k_.value(op.inputs[2]).dims, dr, true, op);
+      args.push_back(fold ? folded(acc, m, n) : acc);
     }
     if (!bf16)
       args.push_back(p_.config.has(keys::kDotPrecision) ? fmt::format("input_precision=\"{}\"", p_.config.text(keys::kDotPrecision))
                                                          : "input_precision=\"ieee\"");
     std::string e = fmt::format("tl.dot({})", fmt::join(args, ", "));
-    if (r.dims != flat) e = fmt::format("tl.reshape({}, {})", e, py_tuple(shape_of(r.dims)));
+    if (fold || r.dims != dr) e = fmt::format("tl.reshape({}, {})", e, py_tuple(shape_of(r.dims)));
     return e;
   }
 
