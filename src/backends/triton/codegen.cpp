@@ -439,8 +439,11 @@ class Generator {
       lines.push_back(fmt::format("{} = {}  # carried by the loop over {}", name(c->phi),
                                   align(name(c->init), k_.value(c->init).dims, k_.value(c->phi).dims, true, *any),
                                   k_.axes[size_t(a)].name));
-    std::string trips = in.end >= 0 ? fmt::format("tl.cdiv({} - {}, {})", names_.at(in.end), in.begin, axis_const(a))
-                                    : fmt::format("{}", an_.blocks(a));
+    std::string trips = fmt::format("{}", an_.blocks(a));
+    if (in.end >= 0) {
+      std::string end = names_.at(in.end);
+      trips = fmt::format("tl.cdiv({}, {})", in.begin ? fmt::format("{} - {}", end, in.begin) : end, axis_const(a));
+    }
     lines.push_back(fmt::format("for {} in tl.range(0, {}, num_stages=NUM_STAGES):  # loop over {}  ({})", loop_index(id),
                                 trips, k_.axes[size_t(a)].name, shown(format_location(loop.loc))));
     Lines inside;
