@@ -2,6 +2,7 @@
 #   unit      no generated kernel runs (tensors, plans, the runtime headers, the layer check)
 #   e2e       kernels compiled and run, checked against references; the CLI
 #   pallas    the Pallas target (its Python runner under TPU interpret mode)
+#   triton    the Triton target (its Python runner under Triton's interpreter)
 #   autotune  the autotuner
 #   consumer  projects that use the library: find_package and add_subdirectory
 # `ctest -L unit` runs one group, `ctest -LE consumer` all but one.
@@ -24,10 +25,11 @@ set(DEUTERON_SUITES_e2e "*/KernelTest.*" "Dot.*" "Language.*" "KernelErrors.*" "
     "*/NameInjection.*" "*/DamagedArtifact.*" "*/BadOption.*")
 # PallasAutotune.* (the pallas target's tuning harness) carries both of its labels.
 set(DEUTERON_SUITES_pallas "Pallas*.*" "*/PallasRun.*" "*/PallasLoop.*")
+set(DEUTERON_SUITES_triton "Triton*.*" "*/TritonRun.*")
 set(DEUTERON_SUITES_autotune "Autotune*.*")
 set(DEUTERON_SUITES_pallas_autotune "PallasAutotune.*")
 set(DEUTERON_NOT_UNIT "AutotuneChild.*")
-foreach(label IN ITEMS e2e pallas autotune pallas_autotune)
+foreach(label IN ITEMS e2e pallas triton autotune pallas_autotune)
   list(JOIN DEUTERON_SUITES_${label} ":" filter)
   set(exclude "AutotuneChild.*")
   if(NOT label STREQUAL "pallas_autotune")
@@ -48,6 +50,8 @@ if(TARGET deuteron_cli)
   set_tests_properties(pallas_catalogue PROPERTIES TIMEOUT 1200 LABELS pallas)
   add_test(NAME pallas_flash_peer COMMAND bash ${PROJECT_SOURCE_DIR}/tests/pallas_flash_peer.sh $<TARGET_FILE:deuteron_cli>)
   set_tests_properties(pallas_flash_peer PROPERTIES TIMEOUT 600 LABELS pallas)
+  add_test(NAME triton_catalogue COMMAND bash ${PROJECT_SOURCE_DIR}/tests/triton_catalogue.sh $<TARGET_FILE:deuteron_cli>)
+  set_tests_properties(triton_catalogue PROPERTIES TIMEOUT 1200 LABELS triton)
 endif()
 
 deuteron_layer_files(tests DEPENDS api examples FILES ${DEUTERON_TEST_SOURCES})

@@ -33,7 +33,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if [ "$WITH_PYTHON" -eq 1 ]; then
-  bash "$REPO/scripts/setup_python.sh"
+  bash "$REPO/scripts/setup_python.sh" --triton  # jax for pallas, torch and triton for triton
 fi
 
 log "building into build/"

@@ -2,7 +2,9 @@
 # Creates (or updates) the project's Python virtual environment at <repo>/.venv.
 #
 #   scripts/setup_python.sh           jax/jaxlib/numpy for the Pallas tests (python/requirements-pallas.txt)
-#   scripts/setup_python.sh --bench   adds torch and matplotlib (python/requirements-bench.txt; ~3 GB download)
+#   scripts/setup_python.sh --triton  adds torch and triton for the Triton tests (requirements-triton.txt;
+#                                     ~3 GB download, ~6 GB installed: what CI installs)
+#   scripts/setup_python.sh --bench   adds matplotlib to those (python/requirements-bench.txt)
 #   scripts/setup_python.sh --force   reinstall even if the stamp says it is up to date
 #
 # Idempotent: a stamp file in the venv holds a hash of the requirement files and of the base
@@ -22,10 +24,11 @@ MODE=pallas
 FORCE=0
 for arg in "$@"; do
   case "$arg" in
+    --triton) MODE=triton ;;
     --bench) MODE=bench ;;
     --force) FORCE=1 ;;
-    -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown argument: $arg (use --bench, --force or --help)" ;;
+    -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument: $arg (use --triton, --bench, --force or --help)" ;;
   esac
 done
 REQ="$REPO/python/requirements-$MODE.txt"
@@ -57,6 +60,7 @@ req_hash() {  # $1 = mode
   {
     printf 'python %s %s\n' "$BASE_REAL" "$BASE_VER"
     cat "$REPO/python/requirements-pallas.txt"
+    [ "$1" != pallas ] && cat "$REPO/python/requirements-triton.txt"
     [ "$1" = bench ] && cat "$REPO/python/requirements-bench.txt"
     true
   } | sha256sum | cut -d' ' -f1
@@ -112,15 +116,33 @@ pltpu.InterpretParams(detect_races=True, out_of_bounds_reads="raise", uninitiali
 print("setup_python: ok: jax %s, jaxlib %s, numpy %s, ml_dtypes %s"
       % (jax.__version__, jaxlib.__version__, numpy.__version__, ml_dtypes.__version__))
 EOF
+if [ "$MODE" != pallas ]; then
+  # Triton's interpreter on torch CPU tensors: what the triton target's tests run.
+  TRITON_INTERPRET=1 "$VENV/bin/python" - <<'EOF' || die "torch/triton do not import, or Triton's interpreter does not run"
+import torch, triton, triton.language as tl
+
+@triton.jit
+def _twice(x, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x + offs, tl.load(x + offs, mask=offs < n) * 2, mask=offs < n)
+
+x = torch.ones(3)
+_twice[(1,)](x, 3, BLOCK=4)
+assert x.tolist() == [2.0, 2.0, 2.0], x
+print("setup_python: ok: torch %s, triton %s (interpreter runs)" % (torch.__version__, triton.__version__))
+EOF
+fi
 if [ "$MODE" = bench ]; then
-  "$VENV/bin/python" -c 'import torch, matplotlib; print("setup_python: ok: torch %s, matplotlib %s" % (torch.__version__, matplotlib.__version__))' \
-    || die "torch/matplotlib do not import"
+  "$VENV/bin/python" -c 'import matplotlib; print("setup_python: ok: matplotlib %s" % matplotlib.__version__)' \
+    || die "matplotlib does not import"
 fi
 
-# Record the stamp. A bench install also satisfies the pallas requirements.
+# Record the stamp. Each mode's install also satisfies the modes it includes
+# (pallas within triton within bench).
 {
   echo "$MODE $WANT"
-  [ "$MODE" = bench ] && echo "pallas $(req_hash pallas)"
+  [ "$MODE" = bench ] && echo "triton $(req_hash triton)"
+  [ "$MODE" != pallas ] && echo "pallas $(req_hash pallas)"
   true
 } > "$STAMP"
 log "done: $VENV ($(du -sh "$VENV" 2>/dev/null | cut -f1)); use $VENV/bin/python"

@@ -50,7 +50,7 @@ check "unknown kernel exits non-zero" test "$code" -ne 0
 check "unknown kernel lists the catalogue" has "$err" "known kernels"
 # Each target says which kernels it can express, and names the construct where it cannot.
 list=$("$BIN" list --json)
-check "add runs on every target" bash -c "grep -q '\"name\":\"add\",\"not_on\":{},\"small_shape\":\[[0-9,]*\],\"summary\":\"[^\"]*\",\"targets\":\[\"cpu\",\"pallas\"\]' <<<'$list'"
+check "add runs on every target" bash -c "grep -q '\"name\":\"add\",\"not_on\":{},\"small_shape\":\[[0-9,]*\],\"summary\":\"[^\"]*\",\"targets\":\[\"cpu\",\"pallas\",\"triton\"\]' <<<'$list'"
 check "every catalogue kernel runs on every target" bash -c "! grep -q '\"not_on\":{\"' <<<'$list'"
 err=$("$BIN" run softmax --shape 10,x 2>&1); code=$?
 check "bad shape exits non-zero with a message" bash -c "test $code -ne 0 && grep -q 'bad shape' <<<'$err'"
@@ -88,5 +88,15 @@ out=$("$BIN" emit add --shapes small --chip v5e 2>&1)
 check "the cpu target takes no --chip" has "$out" 'the cpu target takes no --chip'
 out=$(JAX_PLATFORMS=cpu DEUTERON_PALLAS_DEVICE=tpu "$BIN" run add --target pallas --shapes small 2>&1)
 check "pallas with DEUTERON_PALLAS_DEVICE=tpu and no TPU is an error" has "$out" 'error: .*no TPU visible to JAX'
+
+# The triton target (torch and triton in the .venv: scripts/setup_python.sh --triton): under
+# Triton's interpreter when asked (--interpret, a generic option: the target names its setting).
+out=$("$BIN" run add --target triton --interpret --shapes small --json 2>&1)
+check "triton --interpret is correct" has "$out" '"correct":true'
+check "triton --interpret says where it ran" has "$out" "\"device\":\"triton: running under Triton's interpreter on the CPU"
+out=$(TRITON_INTERPRET= DEUTERON_TRITON_DEVICE= "$BIN" run add --target triton --shapes small --json 2>&1)
+check "triton without a GPU says so (or runs on the GPU)" has "$out" 'needs a GPU, and none is present\|"correct":true'
+out=$("$BIN" run add --shapes small --interpret 2>&1)
+check "the cpu target has no --interpret" has "$out" 'the cpu target has no interpreter'
 
 checks_done

@@ -22,12 +22,13 @@ TEST(Registry, TargetsInTheBuildsOrderTheFirstIsTheDefault) {
   ASSERT_FALSE(names.empty());
   EXPECT_EQ(backends::default_target(), names.front());
   for (const std::string& n : names) EXPECT_EQ(backends::get(n).name(), n);
-  // The default build (DEUTERON_TARGETS): cpu first, and pallas.
+  // The default build (DEUTERON_TARGETS): cpu first, pallas and triton.
   EXPECT_EQ(names.front(), "cpu");
   EXPECT_NE(std::find(names.begin(), names.end(), "pallas"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "triton"), names.end());
 }
 
-// Both targets can be tuned (pallas through its runner's --serve worker).
+// Every target can be tuned (pallas and triton through their runners' --serve workers).
 TEST(Registry, EveryTargetHasAHarness) {
   for (const std::string& name : backends::names()) EXPECT_NE(backends::get(name).harness(), nullptr) << name;
 }

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -73,6 +74,9 @@ class Backend {
   // variable that selects one for the process; none: it plans for the machine it runs on.
   virtual std::vector<std::string> chips() const { return {}; }
   virtual std::string chip_variable() const { return ""; }
+  // The environment setting ({variable, value}) that runs this target in its simulator on the
+  // CPU, hardware or not (`--interpret`); empty: it has none.
+  virtual std::pair<std::string, std::string> interpret_setting() const { return {}; }
   // One line on where this target's kernels run here, when that needs saying (the CLI prints
   // it): e.g. that a simulator stands in for the hardware. Empty: nothing to say.
   virtual std::string device_note() const { return ""; }

@@ -68,6 +68,7 @@ struct RunOptions {
   int repeat = 0;
   bool json = false;
   bool explain_fast_memory = false;
+  bool interpret = false;
 };
 
 // --chip: the hardware generation the target plans for, through its own variable.
@@ -83,8 +84,18 @@ void select_chip(const RunOptions& o) {
   setenv(b.chip_variable().c_str(), o.chip.c_str(), 1);
 }
 
+// --interpret: the target's simulator on this CPU, through its own variable.
+void select_interpret(const RunOptions& o) {
+  if (!o.interpret) return;
+  auto [variable, value] = backends::get(o.target).interpret_setting();
+  if (variable.empty())
+    throw ArgumentError(fmt::format("the {} target has no interpreter: it runs on this machine itself", o.target));
+  setenv(variable.c_str(), value.c_str(), 1);
+}
+
 int cmd_run(const RunOptions& o) {
   select_chip(o);
+  select_interpret(o);
   const examples::Entry& e = examples::find(o.kernel);
   std::vector<int64_t> shape = pick_shape(e, o.shape, o.shapes, o.target);
   DType dt = pick_dtype(e, o.dtype);
@@ -193,6 +204,7 @@ std::string explain_fast_memory(const driver::Specialized& s, const config::Conf
 
 int cmd_emit(const RunOptions& o, bool ir, bool plan) {
   select_chip(o);
+  select_interpret(o);
   const examples::Entry& e = examples::find(o.kernel);
   std::vector<int64_t> shape = pick_shape(e, o.shape, o.shapes, o.target);
   DType dt = pick_dtype(e, o.dtype);
@@ -328,12 +340,13 @@ void add_core_commands(CLI::App& app) {
   static bool ir = false, plan = false, remeasure = false;
   auto add_kernel_opts = [&](CLI::App* c) {
     c->add_option("kernel", o.kernel, "kernel name (see `deuteron list`)")->required();
-    c->add_option("--target", o.target, "cpu (default) or pallas");
+    c->add_option("--target", o.target, "cpu (default), pallas or triton");
     c->add_option("--shape", o.shape, "sizes, e.g. 8192,2560 (default: the kernel's CPU bench shape)");
     c->add_option("--shapes", o.shapes, "small (ragged test shape) or bench");
     c->add_option("--dtype", o.dtype, "float32, bfloat16, ...");
     c->add_option("--config", o.config, "a config as JSON; default: pinned, cached or tuned");
     c->add_option("--chip", o.chip, "the hardware the target plans for (pallas: v4, v5e, v5p, v6e, v7x)");
+    c->add_flag("--interpret", o.interpret, "run in the target's simulator on this CPU (pallas, triton)");
     c->add_flag("--json", o.json, "machine-readable output");
   };
   CLI::App* run = app.add_subcommand("run", "make inputs, run a kernel, check it against its reference, time it");

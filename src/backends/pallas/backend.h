@@ -43,6 +43,9 @@ class PallasBackend : public backends::Backend {
   // The TPU table's generations; $DEUTERON_TPU_GENERATION selects one.
   std::vector<std::string> chips() const override;
   std::string chip_variable() const override { return "DEUTERON_TPU_GENERATION"; }
+  std::pair<std::string, std::string> interpret_setting() const override {
+    return {"DEUTERON_PALLAS_DEVICE", "interpret"};
+  }
   // $DEUTERON_PALLAS_DEVICE (auto, tpu, interpret) and, unless interpret, the runner's probe
   // of jax.devices() (once per process).
   Device device() const;

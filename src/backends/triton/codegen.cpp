@@ -1,0 +1,1015 @@
+#include "backends/triton/codegen.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "deuteron/error.h"
+#include "runtime/text.h"
+
+namespace deuteron::triton {
+
+namespace {
+
+using ir::OpKind;
+using Lines = std::vector<std::string>;
+
+// ---- Python text helpers ----------------------------------------------------------------------
+
+bool reserved(const std::string& s) {
+  static const std::set<std::string> names = {
+      "False", "None",   "True",   "and",      "as",     "assert", "async",  "await", "break",  "class",
+      "continue", "def", "del",    "elif",     "else",   "except", "finally", "for",  "from",   "global",
+      "if",    "import", "in",     "is",       "lambda", "nonlocal", "not",  "or",    "pass",   "raise",
+      "return", "try",   "while",  "with",     "yield",  "match",  "case",   "type",  "torch",  "triton",
+      "tl",    "run",    "pid",    "float",    "range",  "min",    "max",    "kernel"};
+  return names.count(s) > 0;
+}
+
+std::string py_name(const std::string& s) {
+  std::string out = runtime::identifier(s);
+  if (reserved(out)) out += "_";
+  return out;
+}
+
+std::string shown(const std::string& s) { return runtime::escaped(s); }
+
+std::string upper(std::string s) {
+  for (char& c : s) c = char(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string py_tuple(const std::vector<std::string>& v) {
+  if (v.size() == 1) return "(" + v[0] + ",)";
+  return fmt::format("({})", fmt::join(v, ", "));
+}
+
+std::string py_float(double x) {
+  if (std::isnan(x)) return "float(\"nan\")";
+  if (std::isinf(x)) return x > 0 ? "float(\"inf\")" : "-float(\"inf\")";
+  std::string s = fmt::format("{}", x);  // shortest text that reads back as the same double
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string human_bytes(int64_t b) {
+  if (b >= 1024 * 1024) return fmt::format("{:.1f} MiB", double(b) / (1024.0 * 1024.0));
+  if (b >= 1024) return fmt::format("{:.1f} KiB", double(b) / 1024.0);
+  return fmt::format("{} bytes", b);
+}
+
+int64_t next_pow2(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+bool pow2(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+
+// Values are computed in f32 when floating (bf16 and f16 are storage types, as on the other
+// targets), in their own type otherwise.
+DType kernel_type(DType t) { return is_floating(t) ? DType::f32 : t; }
+
+const char* tl_type(DType t) {
+  switch (t) {
+    case DType::f32: return "tl.float32";
+    case DType::bf16: return "tl.bfloat16";
+    case DType::f16: return "tl.float16";
+    case DType::i32: return "tl.int32";
+    case DType::i64: return "tl.int64";
+    case DType::boolean: return "tl.int1";
+  }
+  return "tl.float32";
+}
+
+const char* torch_type(DType t) {
+  switch (t) {
+    case DType::f32: return "torch.float32";
+    case DType::bf16: return "torch.bfloat16";
+    case DType::f16: return "torch.float16";
+    case DType::i32: return "torch.int32";
+    case DType::i64: return "torch.int64";
+    case DType::boolean: return "torch.bool";
+  }
+  return "torch.float32";
+}
+
+std::string literal(const ir::Constant& c, DType t) {
+  if (t == DType::boolean) return c.integer != 0 ? "True" : "False";
+  if (!is_floating(t)) return fmt::format("{}", c.integer);
+  return py_float(c.real);
+}
+
+// ---- analysis: the blocks a program holds -----------------------------------------------------
+
+// One axis as a Triton program sees it.
+struct AxisInfo {
+  int64_t block = 1;     // elements per program (a power of two): BLOCK_<AXIS>
+  int64_t begin = 0;     // first element its loop covers
+  bool masked = false;   // some block holds elements past the end (ragged or padded)
+  bool grid = false;
+  bool scalar = false;   // hl::grid: one element per program, no block dim
+  int loop = -1;         // the tile loop, or -1 for whole and fixed dims
+  ir::ValueId end = -1;  // an end computed on the device (an inner loop's bound)
+};
+
+class Analysis {
+ public:
+  explicit Analysis(const plan::Plan& p) : p(p), k(p.kernel) {
+    const ir::Loop& grid = k.grid_loop();
+    for (size_t i = 0; i < grid.axes.size(); ++i)
+      if (grid.begin[i].value >= 0 || grid.end[i].value >= 0)
+        unsupported("grid loops with bounds computed on the device", "has one", format_location(grid.loc));
+    for (size_t l = 0; l < k.loops.size(); ++l) {
+      const ir::Loop& loop = k.loops[l];
+      if (loop.grid) continue;
+      if (loop.axes.size() != 1)
+        unsupported("inner loops over several axes", "tiles several dims in one inner loop", format_location(loop.loc));
+      if (loop.begin[0].value >= 0)
+        unsupported("inner loops that start at a bound computed on the device", "has one", format_location(loop.loc));
+    }
+    axes.resize(k.axes.size());
+    for (size_t a = 0; a < k.axes.size(); ++a) {
+      const ir::Axis& ax = k.axes[a];
+      AxisInfo& in = axes[a];
+      if (ax.kind == ir::AxisKind::Tile) {
+        const ir::Loop& loop = k.loops[size_t(ax.loop)];
+        size_t i = size_t(std::find(loop.axes.begin(), loop.axes.end(), int(a)) - loop.axes.begin());
+        in.loop = ax.loop;
+        in.grid = loop.grid;
+        in.scalar = ax.scalar;
+        in.begin = loop.begin[i].constant;
+        in.end = loop.end[i].value;
+        in.block = ax.scalar ? 1 : p.block[a];
+        int64_t span = std::max<int64_t>(ax.extent - in.begin, 0);
+        in.masked = in.end >= 0 || span % in.block != 0;
+        const ir::BlockParam& bp = k.block_params[size_t(ax.block_param)];
+        if (!pow2(in.block) && bp.fixed)
+          unsupported("tile blocks that are not a power of two",
+                      fmt::format("pins {} = {} (tl.arange needs a power of two)", bp.name, bp.fixed),
+                      format_location(k.loc), "pin a power of two, or leave the block size to the config");
+      } else {
+        // A whole (persistent) or fixed dim: one block, padded to a power of two and masked.
+        in.block = next_pow2(std::max<int64_t>(ax.extent, 1));
+        in.masked = in.block != ax.extent;
+      }
+    }
+    // tl.dot's operands hold at least 16 x 16: padded whole dims grow to it, tiled ones are
+    // the config's to choose (check()).
+    for (const ir::Op& op : k.ops) {
+      if (op.kind != OpKind::Dot || op.result < 0) continue;
+      for (int d : dot_dims(op)) {
+        if (d == ir::kOne)
+          unsupported("products with a single row or column",
+                      "multiplies along a dim of one element (tl.dot needs blocks of at least 16 x 16)",
+                      format_location(op.loc), "give the product's dims a block, or run this kernel on the cpu target");
+        AxisInfo& in = axes[size_t(d)];
+        if (in.loop < 0 && in.block < kMinDotBlock) {
+          in.block = kMinDotBlock;
+          in.masked = true;
+        }
+      }
+    }
+    for (const ir::Op& op : k.ops) {
+      if (op.kind != OpKind::Store) continue;
+      for (const ir::Index& e : op.index)
+        if (e.kind == ir::Index::Kind::Gather)
+          unsupported(op.atomic_add ? "scatter-add (hl::atomic_add at gathered indices)" : "scatters",
+                      fmt::format("writes {} at indices it reads from a tensor", k.tensors[size_t(op.tensor)].name),
+                      format_location(op.loc));
+    }
+  }
+
+  const plan::Plan& p;
+  const ir::Kernel& k;
+  std::vector<AxisInfo> axes;
+
+  // The M, N and K dims of a product: a [..., M, K] @ b [..., K, N].
+  std::vector<int> dot_dims(const ir::Op& op) const {
+    const std::vector<int>& r = k.value(op.result).dims;
+    return {r[r.size() - 2], r.back(), k.value(op.inputs[0]).dims.back()};
+  }
+  std::string block_param(int axis) const {
+    const ir::Axis& ax = k.axes[size_t(axis)];
+    return ax.block_param >= 0 ? k.block_params[size_t(ax.block_param)].name : "";
+  }
+  bool tunable(int axis) const {
+    const ir::Axis& ax = k.axes[size_t(axis)];
+    return ax.kind == ir::AxisKind::Tile && !ax.scalar && !k.block_params[size_t(ax.block_param)].fixed;
+  }
+  int64_t elements(const std::vector<int>& dims) const {
+    int64_t n = 1;
+    for (int d : dims)
+      if (d != ir::kOne) n *= axes[size_t(d)].block;
+    return n;
+  }
+  int64_t blocks(int axis) const {
+    const ir::Axis& ax = k.axes[size_t(axis)];
+    int64_t span = std::max<int64_t>(ax.extent - axes[size_t(axis)].begin, 0);
+    return (span + axes[size_t(axis)].block - 1) / axes[size_t(axis)].block;
+  }
+  int64_t num_warps() const { return p.config.has(keys::kNumWarps) ? p.config.integer(keys::kNumWarps) : 4; }
+  int64_t num_stages() const { return p.config.has(keys::kNumStages) ? p.config.integer(keys::kNumStages) : 2; }
+  int64_t grid_group() const { return p.config.has(keys::kGridGroup) ? p.config.integer(keys::kGridGroup) : 1; }
+
+ private:
+  [[noreturn]] void unsupported(const std::string& construct, const std::string& detail, const std::string& at,
+                                const std::string& hint = "") const {
+    throw CompileError(fmt::format("the triton target does not support {} yet: kernel '{}' {}", construct, k.name, detail),
+                       at, hint.empty() ? "run this kernel on the cpu target" : hint);
+  }
+};
+
+Footprint footprint(const Analysis& an) {
+  const ir::Kernel& k = an.k;
+  Footprint f;
+  for (const plan::Dot& d : an.p.dots) {
+    const ir::Op& op = k.ops[size_t(d.op)];
+    int64_t stages = k.loops[size_t(d.loop)].grid ? 1 : an.num_stages();
+    for (const plan::DotOperand* o : {&d.a, &d.b}) {
+      bool bf16 = o->load_op >= 0 && k.tensors[size_t(k.ops[size_t(o->load_op)].tensor)].dtype == DType::bf16;
+      f.shared_bytes += stages * an.elements(k.value(o->value).dims) * (bf16 ? 2 : 4);
+    }
+    (void)op;
+  }
+  int64_t carried = 0;
+  for (const plan::CarriedValue& c : an.p.carried) carried += an.elements(k.value(c.phi).dims);
+  int64_t threads = 32 * an.num_warps();
+  f.carried_registers = (carried + threads - 1) / threads;
+  return f;
+}
+
+// ---- the generator ----------------------------------------------------------------------------
+
+class Generator {
+ public:
+  Generator(const Analysis& an, const Gpu& g) : an_(an), p_(an.p), k_(an.k), gpu_(g) {
+    for (const ir::HostTensor& t : k_.tensors) taken_.insert(py_name(t.name) + "_ptr");
+    for (const ir::ScalarParam& s : k_.scalars) taken_.insert(py_name(s.name));
+    for (size_t a = 0; a < k_.axes.size(); ++a) {
+      taken_.insert("offs_" + axis_name(int(a)));
+      taken_.insert("mask_" + axis_name(int(a)));
+      taken_.insert("pid_" + axis_name(int(a)));
+    }
+    for (const plan::CarriedValue& c : p_.carried) names_[c.result] = name(c.phi);
+  }
+
+  std::string run() {
+    Lines body;
+    scopes_.emplace_back();
+    emit_body(k_.grid_loop_id(), body);
+    std::string text = header();
+    text += constants();
+    text += kernel(body);
+    text += "\n\n";
+    text += launcher();
+    return text;
+  }
+
+ private:
+  const Analysis& an_;
+  const plan::Plan& p_;
+  const ir::Kernel& k_;
+  const Gpu& gpu_;
+  std::set<std::string> taken_;
+  std::map<ir::ValueId, std::string> names_;
+  // Per open loop body: the offsets and masks already defined there (axis -> dims -> name).
+  std::vector<std::set<std::string>> scopes_;
+
+  std::string axis_name(int a) const { return py_name(k_.axes[size_t(a)].name); }
+  std::string axis_const(int a) const { return "BLOCK_" + upper(axis_name(a)); }
+  std::string ptr(int tensor) const { return py_name(k_.tensors[size_t(tensor)].name) + "_ptr"; }
+  std::string kernel_name() const { return py_name(k_.name) + "_kernel"; }
+  std::string loop_index(int loop) const { return "i_" + axis_name(k_.loops[size_t(loop)].axes.front()); }
+
+  // A value's Python name: the user's name where the tracer knew it and it is free, else v<id>.
+  std::string name(ir::ValueId v) {
+    if (auto it = names_.find(v); it != names_.end()) return it->second;
+    std::string hint = k_.value(v).hint.empty() ? "" : py_name(k_.value(v).hint);
+    std::string n = !hint.empty() && !taken_.count(hint) ? hint : fmt::format("v{}", v);
+    taken_.insert(n);
+    return names_[v] = n;
+  }
+
+  std::vector<std::string> shape_of(const std::vector<int>& dims) const {
+    std::vector<std::string> s;
+    for (int d : dims) s.push_back(d == ir::kOne ? "1" : axis_const(d));
+    return s;
+  }
+  std::string dims_text(const std::vector<int>& dims) const {
+    std::vector<std::string> s;
+    for (int d : dims) s.push_back(ir::dim_name(k_, d));
+    return fmt::format("[{}]", fmt::join(s, ", "));
+  }
+  std::string where(const ir::Op& op) const { return shown(format_location(op.loc)); }
+
+  // Defines `name = text` once per open loop body (and the bodies inside it).
+  void define(const std::string& name, const std::string& text, Lines& lines) {
+    for (const auto& s : scopes_)
+      if (s.count(name)) return;
+    lines.push_back(fmt::format("{} = {}", name, text));
+    scopes_.back().insert(name);
+  }
+
+  // The first element of the current block along tiled axis a: "pid_m * BLOCK_M" (+ begin).
+  std::string block_start(int a) const {
+    const AxisInfo& in = an_.axes[size_t(a)];
+    if (in.loop < 0) return "0";
+    std::string index = in.grid ? "pid_" + axis_name(a) : loop_index(in.loop);
+    std::string s = in.block == 1 ? index : fmt::format("{} * {}", index, axis_const(a));
+    return in.begin ? fmt::format("{} + {}", in.begin, s) : s;
+  }
+  std::string axis_end(int a) const {
+    const AxisInfo& in = an_.axes[size_t(a)];
+    return in.end >= 0 ? names_.at(in.end) : fmt::format("{}", k_.axes[size_t(a)].extent);
+  }
+
+  // offs_<axis>: the element indices of the current block (a scalar for hl::grid axes).
+  std::string offsets(int a, Lines& lines) {
+    const AxisInfo& in = an_.axes[size_t(a)];
+    std::string n = "offs_" + axis_name(a);
+    if (in.scalar) return block_start(a);
+    std::string range = fmt::format("tl.arange(0, {})", axis_const(a));
+    define(n, in.loop < 0 ? range : fmt::format("{} + {}", block_start(a), range), lines);
+    return n;
+  }
+  // mask_<axis>: which of them are in range; empty when all are.
+  std::string mask(int a, Lines& lines) {
+    const AxisInfo& in = an_.axes[size_t(a)];
+    if (!in.masked || in.scalar) return "";
+    std::string offs = offsets(a, lines);
+    std::string n = "mask_" + axis_name(a);
+    define(n, fmt::format("{} < {}", offs, axis_end(a)), lines);
+    return n;
+  }
+
+  // Lays `e` (dims `from`) out as dims `to`: permuted, size-one dims added or dropped, and
+  // broadcast when `exact` (otherwise left to Triton's numpy-style broadcasting).
+  std::string align(const std::string& e, const std::vector<int>& from, const std::vector<int>& to, bool exact,
+                    const ir::Op& op) const {
+    if (from == to) return e;
+    std::vector<int> src;
+    for (int d : from)
+      if (d != ir::kOne) src.push_back(d);
+    if (!exact && from.size() <= to.size()) {
+      size_t off = to.size() - from.size();
+      bool ok = true;
+      for (size_t i = 0; i < from.size(); ++i)
+        if (from[i] != ir::kOne && from[i] != to[off + i]) ok = false;
+      if (ok) return e;
+    }
+    std::vector<int> order;  // src axes in the order `to` has them
+    for (int d : to)
+      if (d != ir::kOne && std::find(src.begin(), src.end(), d) != src.end()) order.push_back(d);
+    if (order.size() != src.size())
+      throw CompileError(fmt::format("triton codegen: cannot lay out a value of dims {} as {}", dims_text(from),
+                                     dims_text(to)),
+                         format_location(op.loc), "this is a bug in the triton target; please report it");
+    std::string x = e;
+    std::vector<int> now = from;
+    if (order != src) {
+      if (from != src) x = fmt::format("tl.reshape({}, {})", x, py_tuple(shape_of(src)));
+      std::vector<std::string> perm;
+      for (int d : order) perm.push_back(fmt::format("{}", std::find(src.begin(), src.end(), d) - src.begin()));
+      x = fmt::format("tl.permute({}, {})", x, py_tuple(perm));
+      now = order;
+    }
+    std::vector<int> mid;  // `to` with size one wherever the value has no axis
+    bool broadcast = false;
+    for (int d : to) {
+      bool have = d != ir::kOne && std::find(src.begin(), src.end(), d) != src.end();
+      mid.push_back(have ? d : ir::kOne);
+      broadcast = broadcast || (d != ir::kOne && !have);
+    }
+    if (now != mid) {
+      // Only size-one dims to add: x[:, None] reads best; anything else is a reshape.
+      std::vector<int> real;
+      for (int d : now)
+        if (d != ir::kOne) real.push_back(d);
+      bool adds_only = real == now && !now.empty();
+      if (adds_only) {
+        std::vector<std::string> idx;
+        for (int d : mid) idx.push_back(d == ir::kOne ? "None" : ":");
+        x = fmt::format("{}[{}]", x, fmt::join(idx, ", "));
+      } else {
+        x = fmt::format("tl.reshape({}, {})", x, mid.empty() ? "()" : py_tuple(shape_of(mid)));
+      }
+    }
+    if (broadcast && exact) x = fmt::format("tl.broadcast_to({}, {})", x, py_tuple(shape_of(to)));
+    return x;
+  }
+
+  // Converts a kernel value of IR dtype `from` to IR dtype `to` (rounding to bf16/f16 where the
+  // IR casts to them, as the cpu target does).
+  static std::string convert(const std::string& e, DType from, DType to) {
+    if ((to == DType::bf16 || to == DType::f16) && from != to)
+      return fmt::format("{}.to({}).to(tl.float32)", e, tl_type(to));
+    if (to == DType::boolean && from != DType::boolean) return fmt::format("({} != 0)", e);
+    if (kernel_type(from) == kernel_type(to)) return e;
+    return fmt::format("{}.to({})", e, tl_type(kernel_type(to)));
+  }
+
+  // ---- the kernel ----
+
+  void emit_body(int loop, Lines& lines) {
+    for (const ir::Stmt& s : k_.loops[size_t(loop)].body) {
+      if (s.kind == ir::Stmt::Kind::Loop) {
+        inner_loop(s.id, lines);
+        continue;
+      }
+      statement(k_.ops[size_t(s.id)], lines);
+    }
+  }
+
+  void inner_loop(int id, Lines& lines) {
+    const ir::Loop& loop = k_.loops[size_t(id)];
+    int a = loop.axes.front();
+    const AxisInfo& in = an_.axes[size_t(a)];
+    std::vector<const plan::CarriedValue*> carried;
+    for (const plan::CarriedValue& c : p_.carried)
+      if (c.loop == id) carried.push_back(&c);
+    const ir::Op* any = nullptr;
+    for (const ir::Stmt& s : loop.body)
+      if (s.kind == ir::Stmt::Kind::Op && !any) any = &k_.ops[size_t(s.id)];
+    if (!lines.empty() && !lines.back().empty()) lines.push_back("");
+    for (const auto* c : carried)
+      lines.push_back(fmt::format("{} = {}  # carried by the loop over {}", name(c->phi),
+                                  align(name(c->init), k_.value(c->init).dims, k_.value(c->phi).dims, true, *any),
+                                  k_.axes[size_t(a)].name));
+    std::string trips = fmt::format("{}", an_.blocks(a));
+    if (in.end >= 0) {
+      std::string end = names_.at(in.end);
+      trips = fmt::format("tl.cdiv({}, {})", in.begin ? fmt::format("{} - {}", end, in.begin) : end, axis_const(a));
+    }
+    lines.push_back(fmt::format("for {} in tl.range(0, {}, num_stages=NUM_STAGES):  # loop over {}  ({})", loop_index(id),
+                                trips, k_.axes[size_t(a)].name, shown(format_location(loop.loc))));
+    Lines inside;
+    scopes_.emplace_back();
+    emit_body(id, inside);
+    for (const auto* c : carried)
+      inside.push_back(fmt::format("{} = {}", name(c->phi),
+                                   align(name(c->next), k_.value(c->next).dims, k_.value(c->phi).dims, true, *any)));
+    scopes_.pop_back();
+    for (const std::string& l : inside) lines.push_back(l.empty() ? l : "    " + l);
+    lines.push_back("");
+  }
+
+  // The pointers, mask and dims of an access: `dims` are the block's (the loaded value's, or
+  // for a store the tensor dims it addresses).
+  struct Address {
+    std::string pointers, mask;
+    std::vector<int> dims;
+  };
+  Address address(const ir::Op& op, std::vector<int> dims, Lines& lines) {
+    const ir::HostTensor& t = k_.tensors[size_t(op.tensor)];
+    const plan::BlockSpec& s = *p_.spec_for_op(int(&op - k_.ops.data()));
+    std::vector<std::string> terms, masks;
+    auto add_mask = [&](const std::string& m, int axis) {
+      if (m.empty()) return;
+      std::string aligned = align(m, {axis}, dims, false, op);
+      if (std::find(masks.begin(), masks.end(), aligned) == masks.end()) masks.push_back(aligned);
+    };
+    int64_t stride = 1;
+    std::vector<int64_t> strides(t.shape.size());
+    for (size_t d = t.shape.size(); d-- > 0;) {
+      strides[d] = stride;  // the module takes contiguous tensors
+      stride *= t.shape[d];
+    }
+    for (size_t d = 0; d < s.index_map.size(); ++d) {
+      const plan::IndexTerm& e = s.index_map[d];
+      std::string times = strides[d] == 1 ? "" : fmt::format(" * {}", strides[d]);
+      std::string term;
+      switch (e.kind) {
+        case plan::IndexTerm::Kind::Constant:
+          if (e.constant != 0) term = fmt::format("{}", e.constant * strides[d]);
+          break;
+        case plan::IndexTerm::Kind::Scalar: {
+          std::string v = e.grid_axis >= 0 && an_.axes[size_t(e.grid_axis)].scalar ? block_start(e.grid_axis)
+                                                                                   : name(e.value);
+          term = v.find(' ') == std::string::npos || times.empty() ? v + times : fmt::format("({}){}", v, times);
+          break;
+        }
+        case plan::IndexTerm::Kind::Gather: {
+          const ir::Value& idx = k_.value(e.value);
+          term = align(name(e.value), idx.dims, dims, false, op) + times;
+          for (int a : idx.dims)
+            if (a != ir::kOne) add_mask(mask(a, lines), a);
+          break;
+        }
+        case plan::IndexTerm::Kind::Block:
+        case plan::IndexTerm::Kind::Whole:
+        case plan::IndexTerm::Kind::Looped: {
+          if (an_.axes[size_t(e.axis)].scalar) {  // an hl::grid index: one element
+            std::string v = block_start(e.axis);
+            if (e.offset) v = fmt::format("{} + {}", v, e.offset);
+            term = v.find(' ') == std::string::npos || times.empty() ? v + times : fmt::format("({}){}", v, times);
+            break;
+          }
+          if (std::find(dims.begin(), dims.end(), e.axis) == dims.end())
+            throw CompileError(fmt::format("triton codegen: the access of {} at {} has no block dim for its axis {}",
+                                           t.name, where(op), k_.axes[size_t(e.axis)].name),
+                               format_location(op.loc), "this is a bug in the triton target; please report it");
+          std::string offs = offsets(e.axis, lines);
+          if (e.offset) offs = fmt::format("({} + {})", offs, e.offset);
+          term = align(offs, {e.axis}, dims, false, op) + times;
+          add_mask(mask(e.axis, lines), e.axis);
+          break;
+        }
+      }
+      if (!term.empty()) terms.push_back(term);
+    }
+    Address out;
+    out.pointers = terms.empty() ? ptr(op.tensor) : fmt::format("{} + {}", ptr(op.tensor), fmt::join(terms, " + "));
+    out.mask = fmt::format("{}", fmt::join(masks, " & "));
+    out.dims = std::move(dims);
+    return out;
+  }
+
+  static const char* reduce_fn(ir::ReduceFn f) {
+    switch (f) {
+      case ir::ReduceFn::Sum: return "tl.sum";
+      case ir::ReduceFn::Max: return "tl.max";
+      case ir::ReduceFn::Min: return "tl.min";
+    }
+    return "tl.sum";
+  }
+  static std::string identity(ir::ReduceFn f, DType t) {
+    DType kt = kernel_type(t);
+    bool wide = kt == DType::i64;
+    switch (f) {
+      case ir::ReduceFn::Sum: return kt == DType::f32 ? "0.0" : "0";
+      case ir::ReduceFn::Max:
+        return kt == DType::f32 ? "-float(\"inf\")" : kt == DType::boolean ? "0" : wide ? "-9223372036854775807 - 1" : "-2147483648";
+      case ir::ReduceFn::Min:
+        return kt == DType::f32 ? "float(\"inf\")" : kt == DType::boolean ? "1" : wide ? "9223372036854775807" : "2147483647";
+    }
+    return "0";
+  }
+
+  static std::string unary(ir::UnaryFn f, const std::string& x) {
+    // tl.math and plain Triton only: libdevice functions (tanh among them) do not run under the
+    // interpreter, and these forms compile to the same fast instructions on a GPU.
+    switch (f) {
+      case ir::UnaryFn::Neg: return "-" + x;
+      case ir::UnaryFn::Not: return fmt::format("({} == 0)", x);
+      case ir::UnaryFn::Exp: return fmt::format("tl.exp({})", x);
+      case ir::UnaryFn::Exp2: return fmt::format("tl.exp2({})", x);
+      case ir::UnaryFn::Log: return fmt::format("tl.log({})", x);
+      case ir::UnaryFn::Sqrt: return fmt::format("tl.sqrt({})", x);
+      case ir::UnaryFn::Rsqrt: return fmt::format("tl.rsqrt({})", x);
+      case ir::UnaryFn::Tanh: return fmt::format("_tanh({})", x);
+      case ir::UnaryFn::Sigmoid: return fmt::format("tl.sigmoid({})", x);
+      case ir::UnaryFn::Silu: return fmt::format("{0} * tl.sigmoid({0})", x);
+      case ir::UnaryFn::GeluTanh: return fmt::format("_gelu_tanh({})", x);
+      case ir::UnaryFn::GeluErf: return fmt::format("0.5 * {0} * (1.0 + tl.math.erf({0} * 0.7071067811865476))", x);
+      case ir::UnaryFn::Abs: return fmt::format("tl.abs({})", x);
+      case ir::UnaryFn::Erf: return fmt::format("tl.math.erf({})", x);
+    }
+    return x;
+  }
+  static std::string binary(ir::BinaryFn f, const std::string& a, const std::string& b) {
+    switch (f) {
+      case ir::BinaryFn::Add: return fmt::format("{} + {}", a, b);
+      case ir::BinaryFn::Sub: return fmt::format("{} - {}", a, b);
+      case ir::BinaryFn::Mul: return fmt::format("{} * {}", a, b);
+      case ir::BinaryFn::Div: return fmt::format("{} / {}", a, b);
+      case ir::BinaryFn::Max: return fmt::format("tl.maximum({}, {})", a, b);
+      case ir::BinaryFn::Min: return fmt::format("tl.minimum({}, {})", a, b);
+      case ir::BinaryFn::Eq: return fmt::format("{} == {}", a, b);
+      case ir::BinaryFn::Ne: return fmt::format("{} != {}", a, b);
+      case ir::BinaryFn::Lt: return fmt::format("{} < {}", a, b);
+      case ir::BinaryFn::Le: return fmt::format("{} <= {}", a, b);
+      case ir::BinaryFn::Gt: return fmt::format("{} > {}", a, b);
+      case ir::BinaryFn::Ge: return fmt::format("{} >= {}", a, b);
+      case ir::BinaryFn::And: return fmt::format("{} & {}", a, b);
+      case ir::BinaryFn::Or: return fmt::format("{} | {}", a, b);
+    }
+    return a;
+  }
+  // Operands of binary ops that are compound expressions get parentheses.
+  static std::string paren(const std::string& e) {
+    bool simple = std::all_of(e.begin(), e.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; });
+    return simple || (e.back() == ')' && e.find(' ') > e.find('(')) || e.back() == ']' ? e : "(" + e + ")";
+  }
+
+  bool uses_tanh_ = false, uses_gelu_tanh_ = false;
+
+  // a @ b (+ acc) with tl.dot, accumulating in f32.
+  std::string dot(const ir::Op& op, Lines& lines) {
+    const ir::Value& r = k_.value(op.result);
+    const ir::Value &a = k_.value(op.inputs[0]), &b = k_.value(op.inputs[1]);
+    const plan::Dot* planned = p_.dot_for_op(int(&op - k_.ops.data()));
+    std::vector<int> batch(r.dims.begin(), r.dims.end() - 2);
+    std::vector<int> md = an_.dot_dims(op);
+    int m = md[0], n = md[1], kd = md[2];
+    std::string x = name(op.inputs[0]), y = name(op.inputs[1]);
+    // Past the end of K the operands must be zero: a masked load gave zeros, anything computed
+    // there may not be (exp(0 - max) is not).
+    std::string km = mask(kd, lines);
+    if (!km.empty()) {
+      if (!planned || planned->a.load_op < 0)
+        x = fmt::format("tl.where({}, {}, 0.0)", align(km, {kd}, a.dims, false, op), x);
+      if (!planned || planned->b.load_op < 0)
+        y = fmt::format("tl.where({}, {}, 0.0)", align(km, {kd}, b.dims, false, op), y);
+    }
+    // Operands holding bf16 data (read from bf16 tensors, through views and widening casts) go
+    // to the tensor cores as bf16: exact, and their native input type.
+    auto bf16_data = [&](const plan::DotOperand& o) {
+      return o.load_op >= 0 && k_.tensors[size_t(k_.ops[size_t(o.load_op)].tensor)].dtype == DType::bf16;
+    };
+    bool bf16 = planned && bf16_data(planned->a) && bf16_data(planned->b);
+    int64_t batch_block = an_.elements(batch);
+    std::vector<int> da = batch, db = batch, dr = batch;
+    da.insert(da.end(), {m, kd});
+    db.insert(db.end(), {kd, n});
+    dr.insert(dr.end(), {m, n});
+    // tl.dot takes 2-D operands, or 3-D with one batch dim: the batch dims (blocks of one, or
+    // of more) fold into it.
+    bool flat2 = batch_block == 1;
+    bool fold = !batch.empty() && (flat2 || batch.size() > 1);
+    auto folded = [&](const std::string& v, int rows, int cols) {
+      return flat2 ? fmt::format("tl.reshape({}, ({}, {}))", v, axis_const(rows), axis_const(cols))
+                   : fmt::format("tl.reshape({}, ({}, {}, {}))", v, batch_block, axis_const(rows), axis_const(cols));
+    };
+    x = align(x, a.dims, da, true, op);
+    y = align(y, b.dims, db, true, op);
+    if (fold) {
+      x = folded(x, m, kd);
+      y = folded(y, kd, n);
+    }
+    if (bf16) {
+      x = paren(x) + ".to(tl.bfloat16)";
+      y = paren(y) + ".to(tl.bfloat16)";
+    }
+    std::vector<std::string> args = {x, y};
+    if (op.inputs.size() > 2) {
+      std::string acc = align(name(op.inputs[2]), k_.value(op.inputs[2]).dims, dr, true, op);
+      args.push_back(fold ? folded(acc, m, n) : acc);
+    }
+    if (!bf16)
+      args.push_back(p_.config.has(keys::kDotPrecision) ? fmt::format("input_precision=\"{}\"", p_.config.text(keys::kDotPrecision))
+                                                         : "input_precision=\"ieee\"");
+    std::string e = fmt::format("tl.dot({})", fmt::join(args, ", "));
+    if (fold || r.dims != dr) e = fmt::format("tl.reshape({}, {})", e, py_tuple(shape_of(r.dims)));
+    return e;
+  }
+
+  void statement(const ir::Op& op, Lines& lines) {
+    std::string loc = where(op);
+    auto in = [&](size_t i) { return name(op.inputs[i]); };
+    auto in_dtype = [&](size_t i) { return k_.value(op.inputs[i]).dtype; };
+    auto in_dims = [&](size_t i) { return k_.value(op.inputs[i]).dims; };
+    if (op.kind == OpKind::Store) {
+      const ir::HostTensor& t = k_.tensors[size_t(op.tensor)];
+      std::vector<int> dims;
+      for (const ir::Index& e : op.index)
+        if (e.kind == ir::Index::Kind::Axis) dims.push_back(e.axis);
+      Address at = address(op, dims, lines);
+      size_t last = op.inputs.size() - 1;
+      std::string v = align(in(last), in_dims(last), dims, true, op);
+      if (kernel_type(t.dtype) != kernel_type(in_dtype(last)) || kernel_type(t.dtype) != t.dtype)
+        v = fmt::format("{}.to({})", paren(v), tl_type(t.dtype));
+      std::string m = at.mask.empty() ? "" : ", mask=" + at.mask;
+      // hl::atomic_add: programs that add into one element meet in tl.atomic_add (in no fixed
+      // order: float sums may differ in their last bits from run to run).
+      lines.push_back(fmt::format("tl.{}({}, {}{})  # {} {}  ({})", op.atomic_add ? "atomic_add" : "store", at.pointers, v,
+                                  m, op.atomic_add ? "atomic_add into" : "store", shown(t.name), loc));
+      return;
+    }
+    const ir::Value& r = k_.value(op.result);
+    std::string e;
+    std::string what = ir::name(op.kind);
+    switch (op.kind) {
+      case OpKind::Load: {
+        const ir::HostTensor& t = k_.tensors[size_t(op.tensor)];
+        Address at = address(op, r.dims, lines);
+        e = at.mask.empty() ? fmt::format("tl.load({})", at.pointers)
+                            : fmt::format("tl.load({}, mask={}, other=0)", at.pointers, at.mask);
+        if (kernel_type(t.dtype) != t.dtype || kernel_type(r.dtype) != kernel_type(t.dtype))
+          e = fmt::format("{}.to({})", e, tl_type(kernel_type(r.dtype)));
+        what = "load " + shown(t.name);
+        break;
+      }
+      case OpKind::Full:
+        e = fmt::format("tl.full({}, {}, {})", r.dims.empty() ? "()" : py_tuple(shape_of(r.dims)),
+                        literal(op.number, kernel_type(r.dtype)), tl_type(kernel_type(r.dtype)));
+        break;
+      case OpKind::ScalarArg:
+        e = py_name(k_.scalars[size_t(op.scalar)].name);
+        what = "scalar " + shown(k_.scalars[size_t(op.scalar)].name);
+        break;
+      case OpKind::TileIndex: {
+        auto pos = std::find(r.dims.begin(), r.dims.end(), op.axis);
+        e = pos == r.dims.end() ? block_start(op.axis) : align(offsets(op.axis, lines), {op.axis}, r.dims, true, op);
+        what = "tile_index " + k_.axes[size_t(op.axis)].name;
+        break;
+      }
+      case OpKind::TileBegin:
+        e = block_start(op.axis);
+        what = "tile_begin " + k_.axes[size_t(op.axis)].name;
+        break;
+      case OpKind::TileEnd: {
+        const AxisInfo& ax = an_.axes[size_t(op.axis)];
+        e = ax.loop < 0 ? fmt::format("{}", k_.axes[size_t(op.axis)].extent)
+                        : fmt::format("tl.minimum({} + {}, {})", block_start(op.axis), axis_const(op.axis), axis_end(op.axis));
+        what = "tile_end " + k_.axes[size_t(op.axis)].name;
+        break;
+      }
+      case OpKind::TileSize:
+        e = axis_const(op.axis);
+        what = "tile_size " + k_.axes[size_t(op.axis)].name;
+        break;
+      case OpKind::Unary: {
+        DType t = ir::operand_dtype(op.unary, in_dtype(0));
+        uses_tanh_ = uses_tanh_ || op.unary == ir::UnaryFn::Tanh;
+        uses_gelu_tanh_ = uses_gelu_tanh_ || op.unary == ir::UnaryFn::GeluTanh;
+        e = unary(op.unary, paren(align(convert(in(0), in_dtype(0), t), in_dims(0), r.dims, false, op)));
+        what = ir::name(op.unary);
+        break;
+      }
+      case OpKind::Binary: {
+        DType t = ir::operand_dtype(op.binary, promote(in_dtype(0), in_dtype(1)));
+        e = binary(op.binary, paren(align(convert(in(0), in_dtype(0), t), in_dims(0), r.dims, false, op)),
+                   paren(align(convert(in(1), in_dtype(1), t), in_dims(1), r.dims, false, op)));
+        what = ir::name(op.binary);
+        break;
+      }
+      case OpKind::Where:
+        e = fmt::format("tl.where({}, {}, {})",
+                        align(convert(in(0), in_dtype(0), DType::boolean), in_dims(0), r.dims, false, op),
+                        align(convert(in(1), in_dtype(1), r.dtype), in_dims(1), r.dims, false, op),
+                        align(convert(in(2), in_dtype(2), r.dtype), in_dims(2), r.dims, false, op));
+        break;
+      case OpKind::Cast:
+        e = convert(in(0), in_dtype(0), r.dtype);
+        what = fmt::format("cast to {}", dtype_name(r.dtype));
+        break;
+      case OpKind::View: e = align(in(0), in_dims(0), r.dims, true, op); break;
+      case OpKind::Reduce: {
+        std::string x = convert(in(0), in_dtype(0), r.dtype);
+        int axis = in_dims(0)[size_t(op.dim)];
+        if (axis != ir::kOne) {
+          // Elements past the end (a ragged or padded block) must not reach the reduction.
+          std::string m = mask(axis, lines);
+          if (!m.empty())
+            x = fmt::format("tl.where({}, {}, {})", align(m, {axis}, in_dims(0), false, op), x, identity(op.reduce, r.dtype));
+        }
+        e = fmt::format("{}({}, axis={}{})", reduce_fn(op.reduce), x, op.dim, op.keepdim ? ", keep_dims=True" : "");
+        what = fmt::format("{} over {}", ir::name(op.reduce), ir::dim_name(k_, axis));
+        break;
+      }
+      case OpKind::Dot:
+        e = dot(op, lines);
+        what = "dot";
+        break;
+      case OpKind::Store: break;
+    }
+    lines.push_back(fmt::format("{} = {}  # {}: {}{}  ({})", name(op.result), e, what, dtype_name(r.dtype),
+                                dims_text(r.dims), loc));
+  }
+
+  // ---- the module ----
+
+  std::vector<std::string> tensor_comments() const {
+    std::vector<std::string> lines;
+    for (const ir::HostTensor& t : k_.tensors)
+      lines.push_back(fmt::format("{} {}: {}[{}]{}", t.role == ir::HostRole::Input ? "input " : "output", shown(t.name),
+                                  dtype_name(t.dtype), fmt::join(t.shape, ", "),
+                                  t.fill ? fmt::format(" (starts at {})", literal(*t.fill, t.dtype)) : ""));
+    for (const ir::ScalarParam& s : k_.scalars) lines.push_back(fmt::format("scalar {}: {}", shown(s.name), dtype_name(s.dtype)));
+    return lines;
+  }
+
+  std::string header() const {
+    std::string out = fmt::format("# Kernel '{}', generated by Deuteron for the triton target.\n", shown(k_.name));
+    out += fmt::format("# config: {}\n", p_.config.dump());
+    for (const std::string& l : tensor_comments()) out += "# " + l + "\n";
+    std::vector<std::string> g;
+    for (size_t i = 0; i < p_.grid_axes.size(); ++i)
+      g.push_back(fmt::format("{}: {}", k_.axes[size_t(p_.grid_axes[i])].name, p_.grid_blocks[i]));
+    out += fmt::format("# grid: {} programs ({}), last axis fastest{}\n", p_.grid_size(), fmt::join(g, ", "),
+                       grouped() ? fmt::format("; grouped {} at a time along {}", an_.grid_group(),
+                                               k_.axes[size_t(p_.grid_axes[p_.grid_axes.size() - 2])].name)
+                                 : "");
+    Footprint f = footprint(an_);
+    out += fmt::format("# {} (estimate)\n", f.describe(gpu_));
+    out += "# Partial and padded blocks are masked: loads read 0 there, stores skip them, and\n";
+    out += "# reductions and products ignore them.\n";
+    out += "import torch\n";
+    out += "import triton\n";
+    out += "import triton.language as tl\n\n";
+    return out;
+  }
+
+  std::string constants() const {
+    std::string out = "# Block sizes in elements, per axis (powers of two).\n";
+    for (size_t a = 0; a < k_.axes.size(); ++a) {
+      const ir::Axis& ax = k_.axes[a];
+      const AxisInfo& in = an_.axes[a];
+      std::string what;
+      if (in.scalar) {
+        what = fmt::format("grid index {}: one element per program", ax.name);
+      } else if (in.loop >= 0) {
+        int64_t blocks = an_.blocks(int(a));
+        what = fmt::format("{} dim {}: {} elements in {} block{}{}", in.grid ? "tiled" : "inner-loop", ax.name,
+                           ax.extent - in.begin, blocks, blocks == 1 ? "" : "s",
+                           in.end >= 0 ? ", up to a bound computed on the device" : in.masked ? ", the last one partial" : "");
+      } else {
+        what = fmt::format("{} dim {}: {} elements{}", ax.kind == ir::AxisKind::Reduction ? "whole" : "fixed", ax.name,
+                           ax.extent, in.masked ? ", padded" : "");
+      }
+      out += fmt::format("{} = {}  # {}\n", axis_const(int(a)), in.block, what);
+    }
+    out += fmt::format("NUM_WARPS = {}\n", an_.num_warps());
+    out += fmt::format("NUM_STAGES = {}  # software pipelining of inner loops (tl.range)\n\n\n", an_.num_stages());
+    return out;
+  }
+
+  bool loops() const {
+    return std::any_of(k_.loops.begin(), k_.loops.end(), [](const ir::Loop& l) { return !l.grid; });
+  }
+  bool grouped() const { return an_.grid_group() > 1 && p_.grid_axes.size() >= 2; }
+
+  // pid -> a block index per grid axis (last axis fastest), grouped along the second-fastest
+  // one when the config says so (Triton's L2-friendly ordering for matmul-like grids).
+  Lines program_ids() const {
+    Lines out = {"pid = tl.program_id(0)"};
+    size_t n = p_.grid_axes.size();
+    auto pid = [&](size_t i) { return "pid_" + axis_name(p_.grid_axes[i]); };
+    auto blocks = [&](size_t i) { return p_.grid_blocks[i]; };
+    if (n == 1) {
+      out.push_back(fmt::format("{} = pid  # block index along {}", pid(0), k_.axes[size_t(p_.grid_axes[0])].name));
+      return out;
+    }
+    size_t inner = grouped() ? n - 2 : n - 1;  // axes from `inner` on are decoded together
+    int64_t stride = 1;
+    std::string rest = "pid";
+    for (size_t i = n; i-- > inner + 1;) stride *= blocks(i);
+    if (grouped()) {
+      int64_t m = blocks(n - 2), nn = blocks(n - 1), group = an_.grid_group();
+      std::string local = inner == 0 ? "pid" : fmt::format("pid % {}", m * nn);
+      out.push_back(fmt::format("in_group = {} % {}  # {} rows of {} blocks form a group", local, group * nn, group,
+                                k_.axes[size_t(p_.grid_axes[n - 1])].name));
+      out.push_back(fmt::format("first = ({}) // {} * {}", local, group * nn, group));
+      out.push_back(fmt::format("rows = tl.minimum({} - first, {})", m, group));
+      out.push_back(fmt::format("{} = first + in_group % rows", pid(n - 2)));
+      out.push_back(fmt::format("{} = in_group // rows", pid(n - 1)));
+      stride = m * nn;
+    } else {
+      out.push_back(fmt::format("{} = pid % {}", pid(n - 1), blocks(n - 1)));
+      stride = blocks(n - 1);
+    }
+    for (size_t i = inner; i-- > 0;) {
+      std::string q = fmt::format("pid // {}", stride);
+      out.push_back(fmt::format("{} = {}", pid(i), i == 0 ? q : fmt::format("{} % {}", q, blocks(i))));
+      stride *= blocks(i);
+    }
+    return out;
+  }
+
+  std::string kernel(const Lines& body) const {
+    std::vector<std::string> params;
+    for (const ir::HostTensor& t : k_.tensors) params.push_back(py_name(t.name) + "_ptr");
+    for (const ir::ScalarParam& s : k_.scalars) params.push_back(py_name(s.name));
+    for (size_t a = 0; a < k_.axes.size(); ++a) params.push_back(axis_const(int(a)) + ": tl.constexpr");
+    if (loops()) params.push_back("NUM_STAGES: tl.constexpr");
+    std::string out;
+    if (uses_tanh_ || uses_gelu_tanh_) {
+      out += "@triton.jit\n";
+      out += "def _tanh(x):\n";
+      out += "    return 2.0 * tl.sigmoid(2.0 * x) - 1.0  # tl.math has no tanh (libdevice's does not interpret)\n\n\n";
+    }
+    if (uses_gelu_tanh_) {
+      out += "@triton.jit\n";
+      out += "def _gelu_tanh(x):\n";
+      out += "    return 0.5 * x * (1.0 + _tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))\n\n\n";
+    }
+    out += "@triton.jit\n";
+    out += fmt::format("def {}(\n", kernel_name());
+    for (const std::string& s : params) out += fmt::format("    {},\n", s);
+    out += "):\n";
+    out += fmt::format("    \"\"\"One program of '{}': the grid loop's body on one block.\"\"\"\n", shown(k_.name));
+    for (const std::string& l : program_ids()) out += "    " + l + "\n";
+    Lines trimmed = body;
+    while (!trimmed.empty() && trimmed.back().empty()) trimmed.pop_back();
+    for (const std::string& l : trimmed) out += l.empty() ? "\n" : "    " + l + "\n";
+    return out;
+  }
+
+  std::string launcher() const {
+    std::vector<std::string> inputs, doc_in, doc_out, outputs;
+    for (const ir::HostTensor& t : k_.tensors) {
+      std::string n = py_name(t.name);
+      (t.role == ir::HostRole::Input ? inputs : outputs).push_back(n);
+      (t.role == ir::HostRole::Input ? doc_in : doc_out)
+          .push_back(fmt::format("{} {}[{}]", n, dtype_name(t.dtype), fmt::join(t.shape, ", ")));
+    }
+    std::vector<std::string> params = inputs;
+    std::vector<std::string> kw;
+    for (const ir::ScalarParam& s : k_.scalars) kw.push_back(py_name(s.name));
+    std::string out;
+    out += "def _check(name, x, shape, dtype):\n";
+    out += "    if tuple(x.shape) != shape or x.dtype != dtype or not x.is_contiguous():\n";
+    out += "        raise ValueError(f\"{name}: expected a contiguous {dtype} tensor of shape {list(shape)}, \"\n";
+    out += "                         f\"got {x.dtype}{list(x.shape)} with strides {x.stride()}\")\n\n\n";
+    out += fmt::format("def run({}{}):\n", fmt::join(params, ", "),
+                       kw.empty() ? "" : fmt::format("{}*, {}", params.empty() ? "" : ", ", fmt::join(kw, ", ")));
+    out += fmt::format("    \"\"\"{}: {} -> {}.\"\"\"\n", shown(k_.name), fmt::join(doc_in, ", "), fmt::join(doc_out, ", "));
+    std::string device = inputs.empty() ? "\"cuda\"" : inputs.front() + ".device";
+    for (const ir::HostTensor& t : k_.tensors) {
+      std::vector<std::string> shape;
+      for (int64_t d : t.shape) shape.push_back(fmt::format("{}", d));
+      std::string n = py_name(t.name);
+      if (t.role == ir::HostRole::Input) {
+        out += fmt::format("    _check(\"{}\", {}, {}, {})\n", n, n, py_tuple(shape), torch_type(t.dtype));
+      } else if (t.fill) {
+        out += fmt::format("    {} = torch.full({}, {}, dtype={}, device={})\n", n, py_tuple(shape),
+                           literal(*t.fill, t.dtype), torch_type(t.dtype), device);
+      } else {
+        out += fmt::format("    {} = torch.empty({}, dtype={}, device={})\n", n, py_tuple(shape), torch_type(t.dtype), device);
+      }
+    }
+    std::vector<std::string> args;
+    for (const ir::HostTensor& t : k_.tensors) args.push_back(py_name(t.name));
+    for (const ir::ScalarParam& s : k_.scalars) args.push_back(py_name(s.name));
+    for (size_t a = 0; a < k_.axes.size(); ++a) args.push_back(fmt::format("{0}={0}", axis_const(int(a))));
+    if (loops()) args.push_back("NUM_STAGES=NUM_STAGES");
+    args.push_back("num_warps=NUM_WARPS");
+    args.push_back("num_stages=NUM_STAGES");
+    out += fmt::format("    {}[({},)](\n", kernel_name(), p_.grid_size());
+    for (const std::string& a : args) out += fmt::format("        {},\n", a);
+    out += "    )\n";
+    out += fmt::format("    return {}\n", outputs.size() == 1 ? outputs[0] : fmt::format("{}", fmt::join(outputs, ", ")));
+    return out;
+  }
+};
+
+}  // namespace
+
+std::string Footprint::describe(const Gpu& g) const {
+  return fmt::format("{}: {} of shared memory for tl.dot operands (of {} per block), {} registers per thread for "
+                     "loop-carried values (of {})",
+                     g.name, human_bytes(shared_bytes), human_bytes(g.shared_bytes_per_block), carried_registers,
+                     g.max_registers_per_thread);
+}
+
+std::string python_name(const std::string& name) { return py_name(name); }
+
+void check_expressible(const plan::Plan& p) { Analysis an(p); }
+
+Footprint check(const plan::Plan& p, const Gpu& g) {
+  Analysis an(p);
+  const ir::Kernel& k = p.kernel;
+  auto fail = [&](const std::string& rule, const std::string& hint) {
+    throw ConfigError("triton: " + rule, format_location(k.loc), hint);
+  };
+  for (size_t a = 0; a < k.axes.size(); ++a) {
+    const ir::Axis& ax = k.axes[a];
+    if (ax.kind == ir::AxisKind::Reduction && !p.persistent[a]) {
+      const ir::BlockParam& bp = k.block_params[size_t(ax.block_param)];
+      fail(fmt::format("{} = {} reduces over dim {} (extent {}) in a loop of blocks; the triton target keeps a "
+                       "reduced dim whole in one block (persistent)",
+                       bp.name, p.block[a], ax.name, ax.extent),
+           fmt::format("set {} to {} (persistent)", bp.name, bp.max));
+    }
+    if (an.tunable(int(a)) && !pow2(an.axes[a].block))
+      fail(fmt::format("{} = {} is not a power of two, which tl.arange needs", an.block_param(int(a)), an.axes[a].block),
+           fmt::format("choose a power of two for {}", an.block_param(int(a))));
+  }
+  for (const ir::Op& op : k.ops) {
+    if (op.kind == OpKind::Dot && op.result >= 0) {
+      for (int d : an.dot_dims(op))
+        if (an.axes[size_t(d)].block < kMinDotBlock)
+          throw ConfigError(fmt::format("triton: tl.dot needs blocks of at least {0} x {0} x {0}, but {1} = {2}",
+                                        kMinDotBlock, an.block_param(d), an.axes[size_t(d)].block),
+                            format_location(op.loc), fmt::format("set {} to {} or more", an.block_param(d), kMinDotBlock));
+    }
+    if (op.result >= 0 && an.elements(k.value(op.result).dims) > kMaxBlockElements)
+      throw ConfigError(fmt::format("triton: a block of {} elements ({}) is more than Triton's limit of {} "
+                                    "(TRITON_MAX_TENSOR_NUMEL)",
+                                    an.elements(k.value(op.result).dims), ir::dim_name(k, k.value(op.result).dims.front()),
+                                    kMaxBlockElements),
+                        format_location(op.loc), "use smaller blocks");
+  }
+  Footprint f = footprint(an);
+  if (f.shared_bytes > g.shared_bytes_per_block)
+    fail(fmt::format("the config needs {} of shared memory for tl.dot's operands on {}, more than its {} per block",
+                     human_bytes(f.shared_bytes), g.name, human_bytes(g.shared_bytes_per_block)),
+         "use smaller blocks or fewer num_stages");
+  if (f.carried_registers > g.max_registers_per_thread)
+    fail(fmt::format("the loop-carried values need about {} registers per thread with num_warps = {}, more than {}'s "
+                     "{} (they would spill)",
+                     f.carried_registers, an.num_warps(), g.name, g.max_registers_per_thread),
+         "use smaller blocks or more num_warps");
+  return f;
+}
+
+std::string generate(const plan::Plan& p, const Gpu& g) {
+  Analysis an(p);
+  return Generator(an, g).run();
+}
+
+}  // namespace deuteron::triton

@@ -1,0 +1,298 @@
+// The triton target: every catalogue kernel's module run under Triton's interpreter on the CPU
+// (TRITON_INTERPRET=1, torch CPU tensors) at its small ragged shape, with small and with large
+// blocks, checked against the double-precision references; the rules that prune configs Triton
+// cannot take; and what the module says. The runs need the project's Python environment with
+// torch and triton (scripts/setup_python.sh --triton); without it they fail, saying so.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "api/api.h"
+#include "autotune/autotune.h"
+#include "backends/registry.h"
+#include "backends/triton/backend.h"
+#include "catalogue.h"
+#include "catalogue_case.h"
+#include "config_fit.h"
+#include "driver/driver.h"
+#include "frontend/tracer.h"
+#include "runtime/disk_cache.h"
+#include "test_support.h"
+
+namespace deuteron {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_support::ScopedEnv;
+
+driver::Specialized specialize(const KernelBase& k, const std::vector<Arg>& args) {
+  return driver::specialize(k, frontend::describe_args(k, args), "triton");
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::string python_problem() {
+  return python::environment_problem(triton::runner_spec("interpret"));
+}
+
+// Every tile block at `want` (clamped to what its space allows, tl.dot's minimum respected by
+// the target's default rules), reductions persistent; the largest block halved while the
+// target's rules refuse the config (attention's batch and head blocks multiply its products).
+config::Config blocks_at(const driver::Specialized& s, int64_t want) {
+  std::map<std::string, int64_t> wish;
+  for (const config::Tunable& t : s.space.tunables())
+    if (t.kind == config::Tunable::Kind::BlockSize) wish[t.name] = want;
+  for (const ir::BlockParam& bp : s.ir.block_params)
+    if (bp.reduction && !bp.fixed) wish[bp.name] = bp.max;
+  for (int tries = 0;; ++tries) {
+    config::Config c = s.backend->adjust_default(s.space, s.space.complete(testing_support::fit(s, wish)), s.ir);
+    try {
+      driver::lower(s, c);
+      return c;
+    } catch (const ConfigError& e) {
+      if (tries > 20) throw;
+      auto largest = wish.end();
+      for (auto it = wish.begin(); it != wish.end(); ++it)
+        if (!s.ir.block_params.empty() && c.has(it->first) && (largest == wish.end() || c.integer(it->first) > c.integer(largest->first)))
+          if (std::none_of(s.ir.block_params.begin(), s.ir.block_params.end(),
+                           [&](const ir::BlockParam& bp) { return bp.reduction && bp.name == it->first; }))
+            largest = it;
+      if (largest == wish.end()) throw;
+      largest->second = c.integer(largest->first) / 2;
+    }
+  }
+}
+
+struct RunCase {
+  std::string kernel;
+  DType dtype;
+  int64_t blocks;  // the block wished for every tiled dim
+};
+
+std::string run_case_name(const testing::TestParamInfo<RunCase>& info) {
+  return fmt::format("{}_{}_blocks{}", info.param.kernel, dtype_name(info.param.dtype), info.param.blocks);
+}
+void PrintTo(const RunCase& c, std::ostream* os) { *os << run_case_name({c, 0}); }
+
+std::vector<RunCase> run_cases() {
+  std::vector<RunCase> out;
+  for (const examples::Entry& e : examples::catalogue()) {
+    out.push_back({e.name, DType::f32, 16});
+    out.push_back({e.name, DType::f32, 128});
+    for (DType dt : e.dtypes)
+      if (dt == DType::bf16) out.push_back({e.name, dt, 32});
+  }
+  return out;
+}
+
+class TritonRun : public testing::TestWithParam<RunCase> {
+ protected:
+  void SetUp() override {
+    std::string problem = python_problem();
+    ASSERT_TRUE(problem.empty()) << problem;
+  }
+  ScopedEnv device_{"DEUTERON_TRITON_DEVICE", "interpret"};
+};
+
+TEST_P(TritonRun, MatchesReference) {
+  const RunCase& c = GetParam();
+  const examples::Entry& e = examples::find(c.kernel);
+  std::vector<Arg> args = e.inputs(e.small_shape, c.dtype, 5);
+  driver::Specialized s = specialize(*e.kernel, args);
+  config::Config cfg = blocks_at(s, c.blocks);
+  api::RunResult r = api::run(*e.kernel, args, "triton", cfg);
+  EXPECT_EQ(r.origin, "given");
+  std::vector<Tensor> want = e.reference(args);
+  ASSERT_EQ(r.outputs.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    Tolerance tol = examples::tolerance_for(e, r.outputs[i].dtype());
+    CloseResult close = allclose(r.outputs[i], want[i], tol.rtol, tol.atol);
+    EXPECT_TRUE(close.close) << "config " << r.config.dump() << ": output " << i << " max abs error "
+                             << close.max_abs_err << ", " << close.num_bad << " elements off";
+  }
+  ASSERT_TRUE(r.exe);
+  std::optional<std::string> module = read_file(r.exe->source_path);
+  ASSERT_TRUE(module.has_value()) << r.exe->source_path;
+  EXPECT_TRUE(contains(*module, "@triton.jit")) << *module;
+}
+
+INSTANTIATE_TEST_SUITE_P(Catalogue, TritonRun, testing::ValuesIn(run_cases()), run_case_name);
+
+// ---- what the module says ---------------------------------------------------------------------
+
+class TritonEmit : public testing::Test {
+ protected:
+  std::string emit(const std::string& kernel, const std::map<std::string, config::Json>& set = {}) {
+    const examples::Entry& e = examples::find(kernel);
+    std::vector<Arg> args = e.inputs(e.small_shape, DType::f32, 5);
+    driver::Specialized s = specialize(*e.kernel, args);
+    config::Config c = blocks_at(s, 32);
+    for (const auto& [k, v] : set) c.set(k, v);
+    return s.backend->emit(driver::lower(s, s.space.complete(c)));
+  }
+};
+
+TEST_F(TritonEmit, NamesItsConfigAndSourceLinesAndIsStable) {
+  std::string m = emit("matmul");
+  EXPECT_EQ(m, emit("matmul")) << "the same plan gives the same text";
+  EXPECT_TRUE(contains(m, "# config: {")) << m;
+  EXPECT_TRUE(contains(m, "matmul.cpp:")) << "comments name the kernel's source lines\n" << m;
+  EXPECT_TRUE(contains(m, "for i_k in tl.range(0, ")) << m;
+  EXPECT_TRUE(contains(m, "num_stages=NUM_STAGES")) << m;
+  EXPECT_TRUE(contains(m, "tl.dot(")) << m;
+  EXPECT_TRUE(contains(m, "input_precision=\"ieee\"")) << m;
+  EXPECT_TRUE(contains(m, "mask=")) << "130 rows in blocks of 32: the last one is masked\n" << m;
+  EXPECT_FALSE(contains(m, "in_group")) << "flat order by default\n" << m;
+}
+
+TEST_F(TritonEmit, GroupedOrderingIsAConfigChoice) {
+  std::string m = emit("matmul", {{"grid_group", 4}});
+  EXPECT_TRUE(contains(m, "in_group = pid % ")) << m;
+  EXPECT_TRUE(contains(m, "grouped 4 at a time along ")) << m;
+}
+
+TEST_F(TritonEmit, AtomicAddsAndGathers) {
+  std::string m = emit("cross_entropy", {{"block_rows", 16}});
+  EXPECT_TRUE(contains(m, "tl.atomic_add(out0_ptr")) << m;
+  EXPECT_TRUE(contains(m, "tl.load(logits_ptr + offs_rows * 1000 + v")) << "the gather adds the label's column\n" << m;
+  EXPECT_TRUE(contains(m, ", mask=mask_rows, other=0)")) << "130 rows in blocks of 16\n" << m;
+}
+
+TEST_F(TritonEmit, CarriedValuesOfFlashAttention) {
+  std::string m = emit("attention_causal");
+  EXPECT_TRUE(contains(m, "carried by the loop over kv")) << m;
+  EXPECT_TRUE(contains(m, "tl.range(0, tl.cdiv(")) << "the causal bound is computed on the device\n" << m;
+}
+
+// ---- configs Triton cannot take are pruned, naming the rule -----------------------------------
+
+class TritonRules : public testing::Test {
+ protected:
+  void expect_refused(const std::string& kernel, const std::map<std::string, config::Json>& set, const std::string& rule) {
+    const examples::Entry& e = examples::find(kernel);
+    std::vector<Arg> args = e.inputs(e.small_shape, DType::f32, 5);
+    driver::Specialized s = specialize(*e.kernel, args);
+    config::Config c = blocks_at(s, 32);
+    for (const auto& [k, v] : set) c.set(k, v);
+    try {
+      driver::lower(s, s.space.complete(c));
+      ADD_FAILURE() << kernel << " " << c.dump() << " was accepted";
+    } catch (const ConfigError& err) {
+      EXPECT_TRUE(contains(err.what(), rule)) << err.what();
+      EXPECT_TRUE(contains(err.what(), "triton:")) << err.what();
+    }
+  }
+};
+
+TEST_F(TritonRules, DotBlocksBelowSixteen) { expect_refused("matmul", {{"block_m", 8}}, "tl.dot needs blocks of at least 16"); }
+
+TEST_F(TritonRules, LoopedReductions) {
+  const examples::Entry& e = examples::find("softmax");
+  driver::Specialized s = specialize(*e.kernel, e.inputs(e.small_shape, DType::f32, 5));
+  const config::Tunable* looped = nullptr;
+  for (const ir::BlockParam& bp : s.ir.block_params)
+    if (bp.reduction) looped = s.space.find(bp.name);
+  ASSERT_NE(looped, nullptr);
+  expect_refused("softmax", {{looped->name, looped->values.front()}}, "keeps a reduced dim whole in one block");
+}
+
+TEST_F(TritonRules, RegistersOfCarriedValues) {
+  expect_refused("matmul", {{"block_m", 128}, {"block_n", 128}, {"num_warps", 1}}, "registers per thread");
+}
+
+TEST_F(TritonRules, SharedMemoryOfDotOperands) {
+  expect_refused("matmul", {{"block_m", 128}, {"block_n", 128}, {"block_k", 128}, {"num_stages", 4}, {"num_warps", 16}},
+                 "shared memory");
+}
+
+TEST_F(TritonRules, DefaultsAreLegal) {
+  for (const examples::Entry& e : examples::catalogue()) {
+    driver::Specialized s = specialize(*e.kernel, e.inputs(e.small_shape, DType::f32, 5));
+    EXPECT_NO_THROW(driver::lower(s, s.space.default_config())) << e.name << " " << s.space.default_config().dump();
+  }
+}
+
+// ---- where it runs ----------------------------------------------------------------------------
+
+TEST(TritonDevice, WithoutAGpuItSaysSoUnlessInterpreting) {
+  ASSERT_TRUE(python_problem().empty()) << python_problem();
+  ScopedEnv device("DEUTERON_TRITON_DEVICE", "auto");
+  ScopedEnv interpret("TRITON_INTERPRET", std::nullopt);
+  const auto& b = static_cast<const triton::TritonBackend&>(backends::get("triton"));
+  const examples::Entry& e = examples::find("add");
+  std::vector<Arg> args = e.inputs(e.small_shape, DType::f32, 5);
+  driver::Specialized s = specialize(*e.kernel, args);
+  plan::Plan p = driver::lower(s, s.space.default_config());
+  if (b.device().gpu) {  // a GPU machine: it runs there
+    EXPECT_NO_THROW(b.compile(p));
+    return;
+  }
+  EXPECT_TRUE(contains(b.device_note(), "no GPU visible to torch")) << b.device_note();
+  try {
+    b.compile(p);
+    ADD_FAILURE() << "compiled for a GPU that is not there";
+  } catch (const CompileError& err) {
+    EXPECT_TRUE(contains(err.what(), "needs a GPU, and none is present")) << err.what();
+    EXPECT_TRUE(contains(err.what(), "--interpret")) << err.what();
+  }
+}
+
+TEST(TritonDevice, MissingPythonEnvironmentIsAClearError) {
+  ScopedEnv venv("DEUTERON_VENV", "/nonexistent/venv");
+  ScopedEnv device("DEUTERON_TRITON_DEVICE", "interpret");
+  const examples::Entry& e = examples::find("add");
+  driver::Specialized s = specialize(*e.kernel, e.inputs(e.small_shape, DType::f32, 5));
+  try {
+    s.backend->compile(driver::lower(s, s.space.default_config()));
+    ADD_FAILURE() << "compiled without a Python environment";
+  } catch (const CompileError& err) {
+    EXPECT_TRUE(contains(err.what(), "setup_python.sh --triton")) << err.what();
+  }
+}
+
+// ---- tuning ----------------------------------------------------------------------------------
+
+// The tuner's target interface end to end under the interpreter: the runner's --serve worker
+// runs each candidate (samples of interpreter time), writes its outputs into the tuner's arena,
+// where they are checked against the reference, and the best config is cached under the
+// device it was timed on.
+TEST(TritonAutotune, HarnessTimesChecksAndCaches) {
+  ASSERT_TRUE(python_problem().empty()) << python_problem();
+  ScopedEnv device("DEUTERON_TRITON_DEVICE", "interpret");
+  const examples::Entry& e = examples::find("softmax");
+  std::vector<Arg> args = e.inputs({13, 100}, DType::f32, 3);
+  driver::Specialized s = specialize(*e.kernel, args);
+  config::Config small = blocks_at(s, 2), large = blocks_at(s, 16);
+  ASSERT_NE(small, large);
+  fs::remove_all(cache_root() / "autotune" / "softmax");
+  autotune::clear_memory_cache();
+  autotune::TuneOptions o;
+  o.progress = "quiet";
+  o.warm_start = false;
+  o.search = "random";
+  o.args = args;
+  o.reference = e.reference;
+  o.candidates = {small, large};
+  o.max_candidates = 3;
+  o.time_budget_s = 120;
+  o.run_timeout_s = 60;
+  o.sample_s = 0.01;
+  o.retime_s = 0.02;
+  autotune::TuneResult r = autotune::tune(s, o);
+  EXPECT_FALSE(r.from_cache);
+  EXPECT_GE(r.ok, 2) << "the default and the two candidates, unless one equals the default";
+  for (const autotune::Candidate& c : r.candidates)
+    if (c.config == small || c.config == large) {
+      EXPECT_EQ(c.status, autotune::Candidate::Status::Ok) << c.config.dump() << ": " << c.reason;
+      EXPECT_GT(c.median_s, 0) << c.config.dump();
+    }
+  ASSERT_TRUE(fs::exists(r.cache_path));
+  EXPECT_TRUE(contains(*read_file(r.cache_path), "interpreter on the CPU")) << "the entry names the device";
+  autotune::clear_memory_cache();
+  EXPECT_TRUE(autotune::tune(s, o).from_cache);
+}
+
+}  // namespace
+}  // namespace deuteron
