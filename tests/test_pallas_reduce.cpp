@@ -1,9 +1,11 @@
 // Looped reductions on the pallas target: a reduction whose block (reduce_<axis>) does not cover
 // its dim runs as loops over the dim's blocks inside the kernel, unrolled at trace time over an
 // operand block that holds the whole dim (runs against the references: test_pallas_loops.cpp,
-// LoopedReductions). Here the VMEM estimate and the errors behind the choice.
+// LoopedReductions). Here the VMEM estimate and the errors behind the choice. And gathers as a
+// config choice (gather_<tensor>): a one-hot select, or reads at indices copied into SMEM.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -120,6 +122,74 @@ TEST(PallasReduceErrors, SplitReductionsInsideInnerLoopsAreConfigErrors) {
     EXPECT_TRUE(contains(err.where(), "test_pallas_reduce.cpp")) << err.what();
   }
   EXPECT_NO_THROW(driver::lower(s, testing_support::fit(s, {{"block_m", 8}, {"block_k", 8}, {"reduce_r0", 512}})));
+}
+
+// ---- gathers ------------------------------------------------------------------------------------
+
+api::RunResult run_cross_entropy(const std::vector<Arg>& args, const std::string& form) {
+  const examples::Entry& e = examples::find("cross_entropy");
+  driver::Specialized s = specialize(*e.kernel, args);
+  config::Config cfg = testing_support::fit(s, {{"block_rows", 128}});
+  cfg.set(pallas::keys::gather("logits"), form);
+  return api::run(*e.kernel, args, "pallas", cfg);
+}
+
+// Both forms on cross_entropy's logits[{tn, labels[tn]}]: 130 rows in blocks of 128, every 7th
+// label ignore_index (-100, which the kernel maps to index 0), f32 and bf16.
+TEST(PallasGather, BothFormsMatchTheReference) {
+  ASSERT_TRUE(pallas::environment_problem().empty()) << pallas::environment_problem();
+  const examples::Entry& e = examples::find("cross_entropy");
+  for (DType dt : {DType::f32, DType::bf16})
+    for (const char* form : {pallas::keys::kOneHot, pallas::keys::kSmem}) {
+      std::vector<Arg> args = e.inputs({130, 300}, dt, 21);
+      api::RunResult r = run_cross_entropy(args, form);
+      Tolerance tol = examples::tolerance_for(e, dt);
+      CloseResult close = allclose(r.outputs[0], e.reference(args)[0], tol.rtol, tol.atol);
+      EXPECT_TRUE(close.close) << r.config.dump() << ": max abs error " << close.max_abs_err;
+      std::optional<std::string> module = read_file(r.exe->source_path);
+      ASSERT_TRUE(module.has_value());
+      bool smem = std::string(form) == pallas::keys::kSmem;
+      EXPECT_EQ(contains(*module, "pltpu.sync_copy(g11_index, g11_index_smem)"), smem) << *module;
+      EXPECT_EQ(contains(*module, "jax.lax.fori_loop(0, BLOCK_ROWS, pick_g11, 0)"), smem) << *module;
+      EXPECT_EQ(contains(*module, "jnp.moveaxis(logits_ref[...]"), !smem) << *module;
+    }
+  // The default is the one-hot select.
+  driver::Specialized s = specialize(*e.kernel, e.inputs({130, 300}, DType::f32, 21));
+  EXPECT_EQ(s.space.default_config().text("gather_logits"), pallas::keys::kOneHot);
+}
+
+// A label outside the vocabulary (not ignore_index) makes its row's pick NaN in both forms, so
+// the loss is NaN (the cpu target raises instead); never another element.
+TEST(PallasGather, OutOfRangeIndicesGiveNaN) {
+  ASSERT_TRUE(pallas::environment_problem().empty()) << pallas::environment_problem();
+  const examples::Entry& e = examples::find("cross_entropy");
+  for (int64_t bad : {int64_t(300), int64_t(-1)})
+    for (const char* form : {pallas::keys::kOneHot, pallas::keys::kSmem}) {
+      std::vector<Arg> args = e.inputs({130, 300}, DType::f32, 22);
+      std::get<Tensor>(args[1]).set(2, double(bad));
+      api::RunResult r = run_cross_entropy(args, form);
+      EXPECT_TRUE(std::isnan(r.outputs[0].get(0))) << form << " label " << bad << ": loss " << r.outputs[0].get(0);
+    }
+}
+
+// The SMEM form keeps the indices and picked elements in scratch instead of a one-hot block
+// as wide as the vocabulary, which (the vocabulary reduced in blocks) is the largest temporary.
+TEST(PallasGather, SmemFormNeedsNoVocabularyWideTemporary) {
+  const examples::Entry& e = examples::find("cross_entropy");
+  std::vector<Arg> args = e.inputs({256, 32000}, DType::f32, 1);
+  driver::Specialized s = specialize(*e.kernel, args);
+  auto footprint = [&](const char* form) {
+    config::Config cfg = testing_support::fit(s, {{"block_rows", 128}, {"reduce_r1", 512}});
+    cfg.set(pallas::keys::gather("logits"), form);
+    plan::Plan p = plan::lower(s.ir, driver::complete(s, cfg), "pallas");
+    pallas::fit_blocks(p);
+    return pallas::vmem_footprint(p, pallas::tpu_generation("v5e"));
+  };
+  pallas::Footprint one_hot = footprint(pallas::keys::kOneHot), smem = footprint(pallas::keys::kSmem);
+  EXPECT_EQ(one_hot.scratch, 0);
+  EXPECT_GT(smem.scratch, 0);
+  EXPECT_GE(one_hot.temporaries, 128 * 32000 * 4);
+  EXPECT_LT(smem.temporaries * 4, 128 * 32000 * 4);
 }
 
 }  // namespace

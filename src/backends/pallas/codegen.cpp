@@ -210,6 +210,7 @@ class Analysis {
   std::map<int, Access> access;     // access op -> its block
   std::vector<ReduceLoop> reduce_loops;
   std::map<int, int> reduce_loop_of_op;  // op -> its entry of reduce_loops
+  std::set<int> smem_gathers;            // gathering loads in the keys::kSmem form (else one-hot)
 
   // An axis of kind Reduction split into blocks (not persistent).
   bool looped(int axis) const {
@@ -239,6 +240,11 @@ class Analysis {
     for (const Inner& in : inner)
       if (in.loop == loop) return &in;
     return nullptr;
+  }
+  // The block an access op reads or writes (a pallas_call operand's or a stream's).
+  const Block& access_block(int op) const {
+    const Access& a = access.at(op);
+    return a.stream >= 0 ? streams[size_t(a.stream)].block : operands[size_t(a.operand)].block;
   }
   bool grid_axis(int axis) const {
     return std::find(p.grid_axes.begin(), p.grid_axes.end(), axis) != p.grid_axes.end();
@@ -275,6 +281,7 @@ class Analysis {
     check_blocks();
     find_reduce_loops();
     build_operands();
+    choose_gathers();
     check_revisits();
     check_integer_ranges();
     // Constructs first (CompileError: no config helps), then what the config got wrong.
@@ -669,6 +676,22 @@ class Analysis {
     }
   }
 
+  // The gathers the config reads through SMEM (keys::gather): those whose block is a whole
+  // pallas_call operand (a grid-loop access).
+  void choose_gathers() {
+    for (size_t o = 0; o < k.ops.size(); ++o) {
+      const ir::Op& op = k.ops[o];
+      std::string key = op.kind == OpKind::Load ? keys::gather(k.tensors[size_t(op.tensor)].name) : "";
+      if (key.empty() || !p.config.has(key) || p.config.text(key) != keys::kSmem || !smem_gather_applies(op)) continue;
+      if (access.at(int(o)).stream >= 0 || access.at(int(o)).index != "[...]")
+        config_error(fmt::format("{} = {} reads {} through SMEM, which the pallas target does only in the grid "
+                                 "loop's body",
+                                 key, keys::kSmem, k.tensors[size_t(op.tensor)].name),
+                     where(op), fmt::format("set {} to {}", key, keys::kOneHot));
+      smem_gathers.insert(int(o));
+    }
+  }
+
   // A filled output (the target of hl::atomic_add) keeps its block in VMEM across the grid steps
   // that revisit it, which a TPU does only while the steps are consecutive: the grid axes it
   // does not move along must run inside (faster than) those it does.
@@ -807,6 +830,17 @@ class Analysis {
   std::map<ir::ValueId, Range> ranges;
 };
 
+bool gathers(const ir::Op& op) {
+  return std::any_of(op.index.begin(), op.index.end(), [](const ir::Index& e) { return e.kind == ir::Index::Kind::Gather; });
+}
+
+// The block axis of a gathering load in the kSmem form (its rows).
+int kept_axis(const ir::Op& op) {
+  for (const ir::Index& e : op.index)
+    if (e.kind == ir::Index::Kind::Axis) return e.axis;
+  return -1;
+}
+
 // Shape of a value in the kernel: one entry per IR dim (size-one dims stay, as 1).
 std::vector<int64_t> value_shape(const Analysis& an, ir::ValueId v) {
   std::vector<int64_t> s;
@@ -824,7 +858,7 @@ int64_t peak_temporaries(const Analysis& an, int loop_id) {
   const ir::Kernel& k = an.k;
   const ir::Loop& loop = k.loops[size_t(loop_id)];
   std::vector<int> defined_at(k.values.size(), -1), last_use(k.values.size(), -1);
-  std::vector<int64_t> inner_peak(loop.body.size(), 0);
+  std::vector<int64_t> extra(loop.body.size(), 0);  // at a position: an inner loop's peak, a one-hot's block
   auto uses = [&](const ir::Loop& l, auto&& self, int pos) -> void {
     for (const ir::Stmt& s : l.body) {
       if (s.kind == ir::Stmt::Kind::Loop) {
@@ -839,19 +873,21 @@ int64_t peak_temporaries(const Analysis& an, int loop_id) {
     const ir::Stmt& s = loop.body[pos];
     if (s.kind == ir::Stmt::Kind::Loop) {
       uses(k.loops[size_t(s.id)], uses, int(pos));
-      inner_peak[pos] = peak_temporaries(an, s.id);
+      extra[pos] = peak_temporaries(an, s.id);
       for (const ir::Carried& c : k.loops[size_t(s.id)].carried) defined_at[size_t(c.result)] = int(pos);
       continue;
     }
     const ir::Op& op = k.ops[size_t(s.id)];
     if (op.result >= 0 && !an.p.computed[size_t(op.result)]) continue;
     if (op.result >= 0) defined_at[size_t(op.result)] = int(pos);
+    if (gathers(op) && !an.smem_gathers.count(s.id))  // the one-hot select's block, as wide as the gathered dim
+      extra[pos] = padded_vmem_bytes(an.chip, an.access_block(s.id).shape, DType::f32);
     for (ir::ValueId in : op.inputs) last_use[size_t(in)] = std::max(last_use[size_t(in)], int(pos));
   }
   for (const ir::Carried& c : loop.carried) defined_at[size_t(c.phi)] = 0;
   int64_t peak = 0;
   for (size_t pos = 0; pos < loop.body.size(); ++pos) {
-    int64_t live = inner_peak[pos];
+    int64_t live = extra[pos];
     for (size_t v = 0; v < k.values.size(); ++v) {
       if (defined_at[v] < 0 || size_t(defined_at[v]) > pos || std::max(last_use[v], defined_at[v]) < int(pos)) continue;
       live += value_bytes(an, ir::ValueId(v));
@@ -871,6 +907,12 @@ Footprint footprint(const Analysis& an) {
   for (const Inner& in : an.inner)
     if (in.kind != LoopKind::Unroll)
       for (int c : in.carried) f.scratch += value_bytes(an, an.p.carried[size_t(c)].phi);
+  for (int o : an.smem_gathers) {  // the indices (VMEM, and SMEM, which is not VMEM) and the picked elements
+    const ir::Op& op = k.ops[size_t(o)];
+    int64_t rows = an.block[size_t(kept_axis(op))];
+    f.scratch += padded_vmem_bytes(an.chip, {rows}, DType::i32) +
+                 padded_vmem_bytes(an.chip, {rows, 1}, k.tensors[size_t(op.tensor)].dtype);
+  }
   f.temporaries = peak_temporaries(an, an.grid_loop);
   return f;
 }
@@ -1584,9 +1626,6 @@ class Generator {
     return {st.ref, a.index == "[...]" ? "[slot]" : "[slot, " + a.index.substr(1)};
   }
 
-  static bool gathers(const ir::Op& op) {
-    return std::any_of(op.index.begin(), op.index.end(), [](const ir::Index& e) { return e.kind == ir::Index::Kind::Gather; });
-  }
 
   // x[..., idx, ...] with a block of indices: the block holds the whole gathered dim, and each
   // element is picked by comparing the dim's positions with its index (a one-hot select, which
@@ -1621,6 +1660,64 @@ class Generator {
     std::string picked = fmt::format("jax.lax.broadcasted_iota(jnp.int32, {}.shape, {}) == {}[..., None]", blk, kept.size(), index);
     return align(fmt::format("jnp.sum(jnp.where({}, {}, 0), axis=-1)", picked, blk), kept, r.dims, true, op);
   }
+  // What a load applies to the elements it reads: bf16 and f16 are computed in f32, int64
+  // arrives narrowed to int32 (the host checks the range), the kernel type already.
+  std::string load_cast(const ir::Op& op) const {
+    DType stored = k_.tensors[size_t(op.tensor)].dtype, want = kernel_type(k_.value(op.result).dtype);
+    if (stored == DType::i64 || (kernel_type(stored) == stored && want == kernel_type(stored))) return "";
+    return fmt::format(".astype({})", jnp_type(want));
+  }
+
+  // The gathering load's index (the value) and the position of its dim in the block.
+  std::pair<ir::ValueId, int> gather_index(const ir::Op& op) const {
+    int pos = 0;
+    for (const ir::Index& e : op.index) {
+      if (e.kind == ir::Index::Kind::Gather) return {e.value, pos};
+      if (e.kind != ir::Index::Kind::Scalar) ++pos;
+    }
+    return {-1, -1};
+  }
+
+  // A gathered element whose index is outside the dim is NaN (0 for integers: what the one-hot
+  // select picks), never an element elsewhere.
+  std::string in_range(const ir::Op& op, const std::string& picked) const {
+    ir::ValueId idx = gather_index(op).first;
+    const ir::Value& r = k_.value(op.result);
+    if (!is_floating(r.dtype)) return picked;
+    int64_t dim = k_.tensors[size_t(op.tensor)].shape[size_t(gather_index(op).second)];
+    std::string index = align(var(idx), k_.value(idx).dims, r.dims, false, op);
+    return fmt::format("jnp.where(({0} >= 0) & ({0} < {1}), {2}, jnp.nan)", index, dim, picked);
+  }
+
+  // x[rows, idx] with idx a block of indices in VMEM: copied into SMEM, where the scalar unit
+  // reads each row's index to load that row's element (clamped into the dim: in_range then
+  // rejects it) into a column of VMEM scratch.
+  std::string smem_gather(const ir::Op& op, const std::string& ref, Lines& lines) {
+    const ir::Value& r = k_.value(op.result);
+    auto [idx, gather_pos] = gather_index(op);
+    int rows = kept_axis(op);
+    const ir::HostTensor& t = k_.tensors[size_t(op.tensor)];
+    std::string g = fmt::format("g{}", op.result), rows_const = axis_const(rows);
+    std::string index = add_scratch(g + "_index", fmt::format("pltpu.VMEM(({},), jnp.int32)", rows_const));
+    std::string smem = add_scratch(g + "_index_smem", fmt::format("pltpu.SMEM(({},), jnp.int32)", rows_const));
+    std::string picked = add_scratch(g + "_picked", fmt::format("pltpu.VMEM(({}, 1), {})", rows_const, jnp_type(t.dtype)));
+    std::vector<std::string> at(2);
+    at[size_t(gather_pos)] = "pl.ds(i, 1)";
+    at[size_t(1 - gather_pos)] = "pl.ds(r, 1)";
+    lines.push_back(fmt::format("# {}[{}]: each row's element, read at the index the scalar unit takes from SMEM",
+                                shown(t.name), gather_pos == 1 ? "rows, index" : "index, rows"));
+    lines.push_back(fmt::format("{}[...] = {}", index, align(var(idx), k_.value(idx).dims, {rows}, true, op)));
+    lines.push_back(fmt::format("pltpu.sync_copy({}, {})", index, smem));
+    lines.push_back("");
+    lines.push_back(fmt::format("def pick_{}(r, carry):", g));
+    lines.push_back(fmt::format("    i = jnp.clip({}[r], 0, {})", smem, t.shape[size_t(gather_pos)] - 1));
+    lines.push_back(fmt::format("    {}[pl.ds(r, 1), :] = {}[{}]", picked, ref, fmt::join(at, ", ")));
+    lines.push_back("    return carry");
+    lines.push_back("");
+    lines.push_back(fmt::format("jax.lax.fori_loop(0, {}, pick_{}, 0)", rows_const, g));
+    return align(picked + "[:, 0]" + load_cast(op), {rows}, r.dims, true, op);
+  }
+
   static std::vector<int> non_one_dims(const std::vector<int>& dims) {
     std::vector<int> out;
     for (int d : dims)
@@ -1698,12 +1795,12 @@ class Generator {
     switch (op.kind) {
       case OpKind::Load: {
         auto [ref, index] = block_ref(int(&op - k_.ops.data()));
-        DType stored = k_.tensors[size_t(op.tensor)].dtype;
-        e = ref + index;
-        // int64 arrives narrowed to int32 (the host checks the range): the kernel type already.
-        if (stored != DType::i64 && (kernel_type(stored) != stored || kernel_type(r.dtype) != kernel_type(stored)))
-          e = fmt::format("{}.astype({})", e, jnp_type(kernel_type(r.dtype)));
-        e = gathers(op) ? one_hot(op, e, lines) : align(e, access_dims(op), r.dims, true, op);
+        e = ref + index + load_cast(op);
+        if (!gathers(op))
+          e = align(e, access_dims(op), r.dims, true, op);
+        else
+          e = in_range(op, an_.smem_gathers.count(int(&op - k_.ops.data())) ? smem_gather(op, ref, lines)
+                                                                               : one_hot(op, e, lines));
         what = "load " + shown(k_.tensors[size_t(op.tensor)].name);
         break;
       }
@@ -1966,6 +2063,15 @@ int64_t vmem_limit_bytes(const TpuGeneration& chip, const Footprint& f) {
 }
 
 std::string python_name(const std::string& name) { return py_name(name); }
+
+bool smem_gather_applies(const ir::Op& op) {
+  int axes = 0, gathered = 0;
+  for (const ir::Index& e : op.index) {
+    axes += e.kind == ir::Index::Kind::Axis;
+    gathered += e.kind == ir::Index::Kind::Gather;
+  }
+  return gathers(op) && axes == 1 && gathered == 1;
+}
 
 std::string entry_name(const plan::Plan& p) { return "deuteron_" + py_name(p.kernel.name); }
 
