@@ -1063,6 +1063,8 @@ class Generator {
         "# Runs in TPU interpret mode on a CPU by default; run(..., interpret=False) compiles for a TPU.\n";
     out_ += "# Partial edge blocks: out-of-range input elements are garbage (NaN in interpret mode) and\n";
     out_ += "# out-of-range writes are dropped; reductions and products over a partial block are masked.\n";
+    if (std::any_of(k_.ops.begin(), k_.ops.end(), [](const ir::Op& op) { return gathers(op); }))
+      out_ += "# A gathered element whose index is outside its dim is NaN (0 for integers), never another.\n";
     if (!k_.scalars.empty()) out_ += "import functools\n\n";
     out_ += "import jax\n";
     out_ += "import jax.numpy as jnp\n";
