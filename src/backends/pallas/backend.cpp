@@ -101,7 +101,8 @@ void PallasBackend::extend_space(const ir::Kernel& k, const config::TargetLimits
                .kind = config::Tunable::Kind::Choice,
                .values = {keys::kOneHot, keys::kSmem},
                .help = "how a gather picks its elements: a one-hot select over the gathered dim, or reads at "
-                       "indices copied into SMEM"},
+                       "indices copied into SMEM",
+               .follows = ""},
               keys::kOneHot);
   }
   for (const ir::Loop& loop : k.loops) {
