@@ -297,19 +297,6 @@ TEST_F(PallasTarget, RejectsBlocksBreakingTheTpuRule) {
   }
 }
 
-TEST_F(PallasTarget, RejectsLoopedReductions) {
-  const examples::Entry& e = examples::find("softmax");
-  std::vector<Arg> args = e.inputs({130, 300}, DType::f32, 1);
-  driver::Specialized s = specialize(*e.kernel, args);
-  try {
-    driver::lower(s, fit(s, {{"block_rows", 8}, {"reduce_r0", 128}}));
-    FAIL() << "a looped reduction was accepted";
-  } catch (const ConfigError& err) {
-    EXPECT_TRUE(contains(err.message(), "reduce_r0 = 128")) << err.what();
-    EXPECT_TRUE(contains(err.hint(), "reduce_r0")) << err.what();
-  }
-}
-
 TEST_F(PallasTarget, RejectsPlansThatDoNotFitVmem) {
   ScopedEnv chip("DEUTERON_TPU_GENERATION", "v4");  // 16 MiB of VMEM per core
   const examples::Entry& e = examples::find("softmax");

@@ -93,6 +93,18 @@ config::TargetLimits PallasBackend::limits() const {
 void PallasBackend::extend_space(const ir::Kernel& k, const config::TargetLimits& limits,
                                  config::ConfigSpace& space) const {
   (void)limits;
+  for (const ir::Op& op : k.ops) {
+    if (op.kind != ir::OpKind::Load || !smem_gather_applies(op)) continue;
+    std::string key = keys::gather(k.tensors[size_t(op.tensor)].name);
+    if (space.find(key)) continue;
+    space.add({.name = key,
+               .kind = config::Tunable::Kind::Choice,
+               .values = {keys::kOneHot, keys::kSmem},
+               .help = "how a gather picks its elements: a one-hot select over the gathered dim, or reads at "
+                       "indices copied into SMEM",
+               .follows = ""},
+              keys::kOneHot);
+  }
   for (const ir::Loop& loop : k.loops) {
     if (loop.grid) continue;
     std::string key = config::keys::inner_loop(k.axes[size_t(loop.axes.front())].name);

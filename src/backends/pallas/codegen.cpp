@@ -175,6 +175,20 @@ struct Access {
   std::string index;  // "[...]", "[:, 2:5]", "[pl.ds(i_kv * BLOCK_KV, BLOCK_KV), :]"
 };
 
+// Inside a ReduceLoop, the pl.ds slice of the current block of its axis: "r0_block".
+std::string block_slice(const ir::Kernel& k, int axis) { return py_name(k.axes[size_t(axis)].name) + "_block"; }
+
+// A fusion group of the grid loop's body over an axis reduced in blocks (a looped reduction,
+// config reduce_<axis> below the extent): the operand blocks hold the whole dim, and the group
+// runs as a loop unrolled at trace time over the axis' blocks, its reductions accumulating in
+// Python values (initialised before the loop, complete after it). Each block is sliced to its
+// real length, so the last one is short rather than masked.
+struct ReduceLoop {
+  int axis = -1;
+  int64_t blocks = 0;
+  std::vector<int> ops;  // the group's computed ops, in program order
+};
+
 class Analysis {
  public:
   Analysis(const plan::Plan& p, const TpuGeneration& chip)
@@ -194,6 +208,20 @@ class Analysis {
   std::vector<Stream> streams;
   std::vector<Inner> inner;
   std::map<int, Access> access;     // access op -> its block
+  std::vector<ReduceLoop> reduce_loops;
+  std::map<int, int> reduce_loop_of_op;  // op -> its entry of reduce_loops
+  std::set<int> smem_gathers;            // gathering loads in the keys::kSmem form (else one-hot)
+
+  // An axis of kind Reduction split into blocks (not persistent).
+  bool looped(int axis) const {
+    return axis != ir::kOne && k.axes[size_t(axis)].kind == ir::AxisKind::Reduction && !p.persistent[size_t(axis)];
+  }
+  // The looped axis among a value's dims, or -1: the value exists one block at a time.
+  int looped_dim(ir::ValueId v) const {
+    for (int d : k.value(v).dims)
+      if (looped(d)) return d;
+    return -1;
+  }
 
   std::string where(const ir::Op& op) const { return format_location(op.loc); }
   std::string tensor_label(int t) const {
@@ -212,6 +240,11 @@ class Analysis {
     for (const Inner& in : inner)
       if (in.loop == loop) return &in;
     return nullptr;
+  }
+  // The block an access op reads or writes (a pallas_call operand's or a stream's).
+  const Block& access_block(int op) const {
+    const Access& a = access.at(op);
+    return a.stream >= 0 ? streams[size_t(a.stream)].block : operands[size_t(a.operand)].block;
   }
   bool grid_axis(int axis) const {
     return std::find(p.grid_axes.begin(), p.grid_axes.end(), axis) != p.grid_axes.end();
@@ -246,7 +279,9 @@ class Analysis {
                       fmt::format("writes {} at indices it reads from a tensor", k.tensors[size_t(op.tensor)].name),
                       where(op));
     check_blocks();
+    find_reduce_loops();
     build_operands();
+    choose_gathers();
     check_revisits();
     check_integer_ranges();
     // Constructs first (CompileError: no config helps), then what the config got wrong.
@@ -322,14 +357,61 @@ class Analysis {
           int64_t span = std::max<int64_t>(ax.extent - begin[a], 0);
           inner[size_t(inner_of_axis[a])].blocks = (span + b - 1) / b;
         }
-      } else if (ax.kind == ir::AxisKind::Reduction && !p.persistent[a]) {
-        const ir::BlockParam& bp = k.block_params[size_t(ax.block_param)];
-        config_error(fmt::format("{} = {} reduces over dim {} (extent {}) in a loop of blocks; the pallas target "
-                                 "needs the whole dim in one block",
-                                 bp.name, b, ax.name, ax.extent),
-                     format_location(k.loc),
-                     fmt::format("set {} to {} (persistent: the whole dim in one block)", bp.name, bp.max));
       }
+    }
+  }
+
+  // The grid loop's groups over a looped reduction axis, and what a loop over its blocks cannot
+  // run (each a config problem: the persistent reduction runs them).
+  void find_reduce_loops() {
+    auto persistent_hint = [&](int axis) {
+      const ir::BlockParam& bp = k.block_params[size_t(k.axes[size_t(axis)].block_param)];
+      return fmt::format("set {} to {} (persistent: the whole dim in one block)", bp.name, bp.max);
+    };
+    auto refuse = [&](int axis, const std::string& what, const std::string& at) {
+      config_error(fmt::format("{} = {} splits the reduction dim {} into blocks, but {}; the pallas target "
+                               "loops over such blocks only in the grid loop's body, outside inner loops and "
+                               "block products",
+                               block_param(axis), block[size_t(axis)], k.axes[size_t(axis)].name, what),
+                   at, persistent_hint(axis));
+    };
+    for (size_t l = 0; l < k.loops.size(); ++l)
+      for (const plan::Item& it : p.bodies[l]) {
+        if (it.is_loop) continue;
+        std::vector<int> axes;
+        for (int d : it.group.domain)
+          if (looped(d)) axes.push_back(d);
+        if (axes.empty()) continue;
+        std::string at = where(k.ops[size_t(it.group.ops.front())]);
+        if (int(l) != grid_loop) refuse(axes[0], "an inner loop computes over it", at);
+        if (axes.size() > 1)
+          refuse(axes[1], fmt::format("so does {} in the same expression", block_param(axes[0])), at);
+        ReduceLoop rl;
+        rl.axis = axes[0];
+        rl.blocks = (k.axes[size_t(rl.axis)].extent + block[size_t(rl.axis)] - 1) / block[size_t(rl.axis)];
+        for (int o : it.group.ops) {
+          const ir::Op& op = k.ops[size_t(o)];
+          if (op.result < 0 || p.computed[size_t(op.result)]) rl.ops.push_back(o);
+        }
+        if (rl.ops.empty()) continue;
+        for (int o : rl.ops) reduce_loop_of_op[o] = int(reduce_loops.size());
+        reduce_loops.push_back(rl);
+      }
+    // Everything else that reads a value over a looped axis runs once, not block by block.
+    for (size_t o = 0; o < k.ops.size(); ++o) {
+      const ir::Op& op = k.ops[o];
+      if (reduce_loop_of_op.count(int(o)) || (op.result >= 0 && (!p.computed[size_t(op.result)] || looped_dim(op.result) >= 0)))
+        continue;
+      for (ir::ValueId in : op.inputs)
+        if (int axis = looped_dim(in); axis >= 0)
+          refuse(axis, fmt::format("{} reads %{} over it", op.kind == OpKind::Dot ? "a block product" : ir::name(op.kind), in),
+                 where(op));
+    }
+    for (size_t v = 0; v < k.values.size(); ++v) {
+      const ir::Value& val = k.values[v];
+      int axis = looped_dim(ir::ValueId(v));
+      if (axis < 0 || !p.materialized[v] || (val.def_op >= 0 && k.ops[size_t(val.def_op)].kind == OpKind::Load)) continue;
+      refuse(axis, fmt::format("the value %{} over it is carried by a loop", v), format_location(k.loc));
     }
   }
 
@@ -416,12 +498,18 @@ class Analysis {
         }
         case plan::IndexTerm::Kind::Gather:  // the whole dim: the kernel picks from it (one-hot)
         case plan::IndexTerm::Kind::Whole:
-        case plan::IndexTerm::Kind::Looped:  // refused by effective_blocks: a TPU block is whole
+        case plan::IndexTerm::Kind::Looped:  // the whole dim, sliced by its ReduceLoop
           o.squeezed.push_back(false);
           o.index.push_back("0");
           o.shape.push_back(dim);
           o.reach.push_back(dim);
-          if (e.kind != plan::IndexTerm::Kind::Gather && e.offset == 0 && k.axes[size_t(e.axis)].extent == dim) {
+          if (e.kind == plan::IndexTerm::Kind::Looped) {
+            std::string at = block_slice(k, e.axis);
+            o.shape_text.push_back(fmt::format("{}", dim));
+            o.axis.push_back(e.axis);
+            slices.push_back(e.offset ? fmt::format("pl.ds({} + {}.start, {}.size)", e.offset, at, at) : at);
+            sliced = true;
+          } else if (e.kind != plan::IndexTerm::Kind::Gather && e.offset == 0 && k.axes[size_t(e.axis)].extent == dim) {
             // A whole dim (hl::all) or a fixed range covering it: one block, index 0.
             o.shape_text.push_back("BLOCK_" + upper(py_name(k.axes[size_t(e.axis)].name)));
             o.axis.push_back(e.axis);
@@ -588,6 +676,22 @@ class Analysis {
     }
   }
 
+  // The gathers the config reads through SMEM (keys::gather): those whose block is a whole
+  // pallas_call operand (a grid-loop access).
+  void choose_gathers() {
+    for (size_t o = 0; o < k.ops.size(); ++o) {
+      const ir::Op& op = k.ops[o];
+      std::string key = op.kind == OpKind::Load ? keys::gather(k.tensors[size_t(op.tensor)].name) : "";
+      if (key.empty() || !p.config.has(key) || p.config.text(key) != keys::kSmem || !smem_gather_applies(op)) continue;
+      if (access.at(int(o)).stream >= 0 || access.at(int(o)).index != "[...]")
+        config_error(fmt::format("{} = {} reads {} through SMEM, which the pallas target does only in the grid "
+                                 "loop's body",
+                                 key, keys::kSmem, k.tensors[size_t(op.tensor)].name),
+                     where(op), fmt::format("set {} to {}", key, keys::kOneHot));
+      smem_gathers.insert(int(o));
+    }
+  }
+
   // A filled output (the target of hl::atomic_add) keeps its block in VMEM across the grid steps
   // that revisit it, which a TPU does only while the steps are consecutive: the grid axes it
   // does not move along must run inside (faster than) those it does.
@@ -726,6 +830,17 @@ class Analysis {
   std::map<ir::ValueId, Range> ranges;
 };
 
+bool gathers(const ir::Op& op) {
+  return std::any_of(op.index.begin(), op.index.end(), [](const ir::Index& e) { return e.kind == ir::Index::Kind::Gather; });
+}
+
+// The block axis of a gathering load in the kSmem form (its rows).
+int kept_axis(const ir::Op& op) {
+  for (const ir::Index& e : op.index)
+    if (e.kind == ir::Index::Kind::Axis) return e.axis;
+  return -1;
+}
+
 // Shape of a value in the kernel: one entry per IR dim (size-one dims stay, as 1).
 std::vector<int64_t> value_shape(const Analysis& an, ir::ValueId v) {
   std::vector<int64_t> s;
@@ -743,7 +858,7 @@ int64_t peak_temporaries(const Analysis& an, int loop_id) {
   const ir::Kernel& k = an.k;
   const ir::Loop& loop = k.loops[size_t(loop_id)];
   std::vector<int> defined_at(k.values.size(), -1), last_use(k.values.size(), -1);
-  std::vector<int64_t> inner_peak(loop.body.size(), 0);
+  std::vector<int64_t> extra(loop.body.size(), 0);  // at a position: an inner loop's peak, a one-hot's block
   auto uses = [&](const ir::Loop& l, auto&& self, int pos) -> void {
     for (const ir::Stmt& s : l.body) {
       if (s.kind == ir::Stmt::Kind::Loop) {
@@ -758,19 +873,21 @@ int64_t peak_temporaries(const Analysis& an, int loop_id) {
     const ir::Stmt& s = loop.body[pos];
     if (s.kind == ir::Stmt::Kind::Loop) {
       uses(k.loops[size_t(s.id)], uses, int(pos));
-      inner_peak[pos] = peak_temporaries(an, s.id);
+      extra[pos] = peak_temporaries(an, s.id);
       for (const ir::Carried& c : k.loops[size_t(s.id)].carried) defined_at[size_t(c.result)] = int(pos);
       continue;
     }
     const ir::Op& op = k.ops[size_t(s.id)];
     if (op.result >= 0 && !an.p.computed[size_t(op.result)]) continue;
     if (op.result >= 0) defined_at[size_t(op.result)] = int(pos);
+    if (gathers(op) && !an.smem_gathers.count(s.id))  // the one-hot select's block, as wide as the gathered dim
+      extra[pos] = padded_vmem_bytes(an.chip, an.access_block(s.id).shape, DType::f32);
     for (ir::ValueId in : op.inputs) last_use[size_t(in)] = std::max(last_use[size_t(in)], int(pos));
   }
   for (const ir::Carried& c : loop.carried) defined_at[size_t(c.phi)] = 0;
   int64_t peak = 0;
   for (size_t pos = 0; pos < loop.body.size(); ++pos) {
-    int64_t live = inner_peak[pos];
+    int64_t live = extra[pos];
     for (size_t v = 0; v < k.values.size(); ++v) {
       if (defined_at[v] < 0 || size_t(defined_at[v]) > pos || std::max(last_use[v], defined_at[v]) < int(pos)) continue;
       live += value_bytes(an, ir::ValueId(v));
@@ -790,6 +907,12 @@ Footprint footprint(const Analysis& an) {
   for (const Inner& in : an.inner)
     if (in.kind != LoopKind::Unroll)
       for (int c : in.carried) f.scratch += value_bytes(an, an.p.carried[size_t(c)].phi);
+  for (int o : an.smem_gathers) {  // the indices (VMEM, and SMEM, which is not VMEM) and the picked elements
+    const ir::Op& op = k.ops[size_t(o)];
+    int64_t rows = an.block[size_t(kept_axis(op))];
+    f.scratch += padded_vmem_bytes(an.chip, {rows}, DType::i32) +
+                 padded_vmem_bytes(an.chip, {rows, 1}, k.tensors[size_t(op.tensor)].dtype);
+  }
   f.temporaries = peak_temporaries(an, an.grid_loop);
   return f;
 }
@@ -816,6 +939,23 @@ const plan::Plan& p_ = an.p;
   return fmt::format("inner loop over {} ({} of {}): {} ({})", axis, count, "BLOCK_" + upper(py_name(k_.axes[size_t(in.axis)].name)), how, config);
 }
 
+// The looped reduction axes, each once, in axis order.
+std::vector<int> looped_axes(const Analysis& an) {
+  std::set<int> axes;
+  for (const ReduceLoop& rl : an.reduce_loops) axes.insert(rl.axis);
+  return {axes.begin(), axes.end()};
+}
+
+// One line on how a looped reduction runs, for the module's header and `emit --plan`.
+std::string reduction_summary(const Analysis& an, int axis) {
+  const ir::Axis& ax = an.k.axes[size_t(axis)];
+  int64_t b = an.block[size_t(axis)], blocks = (ax.extent + b - 1) / b, last = ax.extent - (blocks - 1) * b;
+  return fmt::format(
+      "reduction over {} in {} blocks of BLOCK_{}{}: loops unrolled at trace time over operand blocks that hold "
+      "the whole dim ({} = {})",
+      ax.name, blocks, upper(py_name(ax.name)), last != b ? fmt::format(" (the last one of {})", last) : "",
+      an.block_param(axis), b);
+}
 
 // ---- the generator ----------------------------------------------------------------------------
 
@@ -846,7 +986,8 @@ class Generator {
   std::set<std::string> mask_names_;
   std::vector<std::string> scratch_refs_, scratch_shapes_;  // kernel parameters after the outputs
   const Inner* current_ = nullptr;  // the inner loop being written, if any
-  bool fori_slot_ = false;
+  const ReduceLoop* reduce_loop_ = nullptr;  // the reduction loop being written, if any
+  std::set<ir::ValueId> emitted_;  // values written so far outside reduction loops
 
   std::string kernel_name() const { return py_name(k_.name) + "_kernel"; }
   std::string axis_name(int a) const { return py_name(k_.axes[size_t(a)].name); }
@@ -880,7 +1021,10 @@ class Generator {
 
   std::vector<std::string> shape_of(const std::vector<int>& dims) const {
     std::vector<std::string> s;
-    for (int d : dims) s.push_back(d == ir::kOne ? "1" : axis_const(d));
+    for (int d : dims)
+      s.push_back(d == ir::kOne                                   ? "1"
+                  : reduce_loop_ && d == reduce_loop_->axis ? block_slice(k_, d) + ".size"
+                                                                  : axis_const(d));
     return s;
   }
   std::string dims_text(const std::vector<int>& dims) const {
@@ -912,12 +1056,15 @@ class Generator {
       g.push_back(fmt::format("{}: {}", k_.axes[size_t(p_.grid_axes[i])].name, p_.grid_blocks[i]));
     out_ += fmt::format("# grid: {} steps ({}), last axis fastest\n", p_.grid_size(), fmt::join(g, ", "));
     for (const Inner& in : an_.inner) out_ += "# " + loop_summary(an_, in) + "\n";
+    for (int a : looped_axes(an_)) out_ += "# " + reduction_summary(an_, a) + "\n";
     out_ += fmt::format("# VMEM on {}: {}; limit {} (physical {})\n", chip.name, f.describe(), human_bytes(vmem_limit(f)),
                         human_bytes(chip.vmem_bytes));
     out_ +=
         "# Runs in TPU interpret mode on a CPU by default; run(..., interpret=False) compiles for a TPU.\n";
     out_ += "# Partial edge blocks: out-of-range input elements are garbage (NaN in interpret mode) and\n";
     out_ += "# out-of-range writes are dropped; reductions and products over a partial block are masked.\n";
+    if (std::any_of(k_.ops.begin(), k_.ops.end(), [](const ir::Op& op) { return gathers(op); }))
+      out_ += "# A gathered element whose index is outside its dim is NaN (0 for integers), never another.\n";
     if (!k_.scalars.empty()) out_ += "import functools\n\n";
     out_ += "import jax\n";
     out_ += "import jax.numpy as jnp\n";
@@ -943,6 +1090,10 @@ class Generator {
         std::string param = an_.block_param(int(a));
         if (p_.config.has(param) && p_.config.integer(param) != an_.block[a])
           what += fmt::format(" ({} = {} covers it)", param, p_.config.integer(param));
+      } else if (an_.looped(int(a))) {
+        int64_t blocks = (ax.extent + an_.block[a] - 1) / an_.block[a], last = ax.extent - (blocks - 1) * an_.block[a];
+        what = fmt::format("reduction dim {}: {} elements reduced in {} blocks{}", ax.name, ax.extent, blocks,
+                           last != an_.block[a] ? fmt::format(", the last one of {}", last) : "");
       } else if (ax.kind == ir::AxisKind::Reduction) {
         what = fmt::format("whole dim {}: one block", ax.name);
       } else {
@@ -1003,7 +1154,77 @@ class Generator {
       }
       const ir::Op& op = k_.ops[size_t(s.id)];
       if (op.result >= 0 && !p_.computed[size_t(op.result)]) continue;
+      if (auto it = an_.reduce_loop_of_op.find(s.id); it != an_.reduce_loop_of_op.end()) {
+        const ReduceLoop& rl = an_.reduce_loops[size_t(it->second)];
+        if (rl.ops.front() == s.id) reduce_loop(rl, lines);
+        continue;
+      }
+      // Values over a looped axis exist one block at a time, inside the loops that use them.
+      if (op.result >= 0 && (emitted_.count(op.result) || an_.looped_dim(op.result) >= 0)) continue;
       statement(op, lines);
+      if (op.result >= 0) emitted_.insert(op.result);
+    }
+  }
+
+  // A group over a looped reduction axis: a loop over the axis' blocks, unrolled at trace time.
+  // Values over the axis are computed block by block inside it (in each loop that uses them,
+  // as the plan recomputes them), the others before it; a reduction over the axis starts at its
+  // identity and takes in each block.
+  void reduce_loop(const ReduceLoop& rl, Lines& lines) {
+    const ir::Axis& ax = k_.axes[size_t(rl.axis)];
+    std::string at = block_slice(k_, rl.axis), index = "i_" + axis_name(rl.axis), b = axis_const(rl.axis);
+    Lines before, inside;
+    std::vector<std::string> does;
+    std::set<ir::ValueId> this_block;
+    auto saved_masks = masks_;
+    reduce_loop_ = &rl;
+    for (int o : rl.ops) {
+      const ir::Op& op = k_.ops[size_t(o)];
+      need_inputs(op, before, inside, this_block);
+      if (op.kind == OpKind::Reduce && k_.value(op.inputs[0]).dims[size_t(op.dim)] == rl.axis) {
+        const ir::Value& r = k_.value(op.result);
+        before.push_back(fmt::format("{} = jnp.full({}, {}, {})  # {} over {}: its identity, then each block", var(op.result),
+                                     py_tuple(shape_of(r.dims)), identity(op.reduce, r.dtype),
+                                     jnp_type(kernel_type(r.dtype)), ir::name(op.reduce), ax.name));
+        does.push_back(ir::name(op.reduce));
+        emitted_.insert(op.result);  // complete after the loop
+      } else if (op.result >= 0) {
+        this_block.insert(op.result);
+      } else {
+        does.push_back("store " + shown(k_.tensors[size_t(op.tensor)].name));
+      }
+      statement(op, inside);
+    }
+    reduce_loop_ = nullptr;
+    masks_ = saved_masks;
+    int64_t last = ax.extent - (rl.blocks - 1) * an_.block[size_t(rl.axis)];
+    std::string size = last == an_.block[size_t(rl.axis)] ? b : fmt::format("min({}, {} - {} * {})", b, ax.extent, index, b);
+    inside.insert(inside.begin(), fmt::format("{} = pl.ds({} * {}, {})", at, index, b, size));
+    if (!lines.empty() && !lines.back().empty()) lines.push_back("");
+    lines.push_back(fmt::format("# {} over {} block by block ({} blocks of {}{}), unrolled at trace time",
+                                fmt::join(does, ", "), ax.name, rl.blocks, b,
+                                last != an_.block[size_t(rl.axis)] ? fmt::format(", the last one of {}", last) : ""));
+    lines.insert(lines.end(), before.begin(), before.end());
+    lines.push_back(fmt::format("for {} in range({}):", index, rl.blocks));
+    indent(lines, inside);
+    lines.push_back("");
+  }
+
+  // Writes what op reads and is not written yet: values over the reduction loop's axis into
+  // the loop (`inside`), the others before it.
+  void need_inputs(const ir::Op& op, Lines& before, Lines& inside, std::set<ir::ValueId>& this_block) {
+    std::vector<ir::ValueId> reads = op.inputs;
+    for (const ir::Index& e : op.index)
+      if (e.kind == ir::Index::Kind::Gather) reads.push_back(e.value);
+    for (ir::ValueId v : reads) {
+      const ir::Value& val = k_.value(v);
+      bool per_block = an_.looped_dim(v) >= 0;
+      // (A loop's phi or result, def_op < 0, is written by its loop.)
+      if (val.def_op < 0 || (per_block ? this_block.count(v) : emitted_.count(v))) continue;
+      const ir::Op& def = k_.ops[size_t(val.def_op)];
+      need_inputs(def, before, inside, this_block);
+      statement(def, per_block ? inside : before);
+      (per_block ? this_block : emitted_).insert(v);
     }
   }
 
@@ -1328,6 +1549,14 @@ class Generator {
     }
     return "jnp.sum";
   }
+  static ir::BinaryFn accumulate(ir::ReduceFn f) {
+    switch (f) {
+      case ir::ReduceFn::Sum: return ir::BinaryFn::Add;
+      case ir::ReduceFn::Max: return ir::BinaryFn::Max;
+      case ir::ReduceFn::Min: return ir::BinaryFn::Min;
+    }
+    return ir::BinaryFn::Add;
+  }
   static std::string identity(ir::ReduceFn f, DType t) {
     DType kt = kernel_type(t);
     switch (f) {
@@ -1399,9 +1628,6 @@ class Generator {
     return {st.ref, a.index == "[...]" ? "[slot]" : "[slot, " + a.index.substr(1)};
   }
 
-  static bool gathers(const ir::Op& op) {
-    return std::any_of(op.index.begin(), op.index.end(), [](const ir::Index& e) { return e.kind == ir::Index::Kind::Gather; });
-  }
 
   // x[..., idx, ...] with a block of indices: the block holds the whole gathered dim, and each
   // element is picked by comparing the dim's positions with its index (a one-hot select, which
@@ -1436,6 +1662,64 @@ class Generator {
     std::string picked = fmt::format("jax.lax.broadcasted_iota(jnp.int32, {}.shape, {}) == {}[..., None]", blk, kept.size(), index);
     return align(fmt::format("jnp.sum(jnp.where({}, {}, 0), axis=-1)", picked, blk), kept, r.dims, true, op);
   }
+  // What a load applies to the elements it reads: bf16 and f16 are computed in f32, int64
+  // arrives narrowed to int32 (the host checks the range), the kernel type already.
+  std::string load_cast(const ir::Op& op) const {
+    DType stored = k_.tensors[size_t(op.tensor)].dtype, want = kernel_type(k_.value(op.result).dtype);
+    if (stored == DType::i64 || (kernel_type(stored) == stored && want == kernel_type(stored))) return "";
+    return fmt::format(".astype({})", jnp_type(want));
+  }
+
+  // The gathering load's index (the value) and the position of its dim in the block.
+  std::pair<ir::ValueId, int> gather_index(const ir::Op& op) const {
+    int pos = 0;
+    for (const ir::Index& e : op.index) {
+      if (e.kind == ir::Index::Kind::Gather) return {e.value, pos};
+      if (e.kind != ir::Index::Kind::Scalar) ++pos;
+    }
+    return {-1, -1};
+  }
+
+  // A gathered element whose index is outside the dim is NaN (0 for integers: what the one-hot
+  // select picks), never an element elsewhere.
+  std::string in_range(const ir::Op& op, const std::string& picked) const {
+    ir::ValueId idx = gather_index(op).first;
+    const ir::Value& r = k_.value(op.result);
+    if (!is_floating(r.dtype)) return picked;
+    int64_t dim = k_.tensors[size_t(op.tensor)].shape[size_t(gather_index(op).second)];
+    std::string index = align(var(idx), k_.value(idx).dims, r.dims, false, op);
+    return fmt::format("jnp.where(({0} >= 0) & ({0} < {1}), {2}, jnp.nan)", index, dim, picked);
+  }
+
+  // x[rows, idx] with idx a block of indices in VMEM: copied into SMEM, where the scalar unit
+  // reads each row's index to load that row's element (clamped into the dim: in_range then
+  // rejects it) into a column of VMEM scratch.
+  std::string smem_gather(const ir::Op& op, const std::string& ref, Lines& lines) {
+    const ir::Value& r = k_.value(op.result);
+    auto [idx, gather_pos] = gather_index(op);
+    int rows = kept_axis(op);
+    const ir::HostTensor& t = k_.tensors[size_t(op.tensor)];
+    std::string g = fmt::format("g{}", op.result), rows_const = axis_const(rows);
+    std::string index = add_scratch(g + "_index", fmt::format("pltpu.VMEM(({},), jnp.int32)", rows_const));
+    std::string smem = add_scratch(g + "_index_smem", fmt::format("pltpu.SMEM(({},), jnp.int32)", rows_const));
+    std::string picked = add_scratch(g + "_picked", fmt::format("pltpu.VMEM(({}, 1), {})", rows_const, jnp_type(t.dtype)));
+    std::vector<std::string> at(2);
+    at[size_t(gather_pos)] = "pl.ds(i, 1)";
+    at[size_t(1 - gather_pos)] = "pl.ds(r, 1)";
+    lines.push_back(fmt::format("# {}[{}]: each row's element, read at the index the scalar unit takes from SMEM",
+                                shown(t.name), gather_pos == 1 ? "rows, index" : "index, rows"));
+    lines.push_back(fmt::format("{}[...] = {}", index, align(var(idx), k_.value(idx).dims, {rows}, true, op)));
+    lines.push_back(fmt::format("pltpu.sync_copy({}, {})", index, smem));
+    lines.push_back("");
+    lines.push_back(fmt::format("def pick_{}(r, carry):", g));
+    lines.push_back(fmt::format("    i = jnp.clip({}[r], 0, {})", smem, t.shape[size_t(gather_pos)] - 1));
+    lines.push_back(fmt::format("    {}[pl.ds(r, 1), :] = {}[{}]", picked, ref, fmt::join(at, ", ")));
+    lines.push_back("    return carry");
+    lines.push_back("");
+    lines.push_back(fmt::format("jax.lax.fori_loop(0, {}, pick_{}, 0)", rows_const, g));
+    return align(picked + "[:, 0]" + load_cast(op), {rows}, r.dims, true, op);
+  }
+
   static std::vector<int> non_one_dims(const std::vector<int>& dims) {
     std::vector<int> out;
     for (int d : dims)
@@ -1513,12 +1797,12 @@ class Generator {
     switch (op.kind) {
       case OpKind::Load: {
         auto [ref, index] = block_ref(int(&op - k_.ops.data()));
-        DType stored = k_.tensors[size_t(op.tensor)].dtype;
-        e = ref + index;
-        // int64 arrives narrowed to int32 (the host checks the range): the kernel type already.
-        if (stored != DType::i64 && (kernel_type(stored) != stored || kernel_type(r.dtype) != kernel_type(stored)))
-          e = fmt::format("{}.astype({})", e, jnp_type(kernel_type(r.dtype)));
-        e = gathers(op) ? one_hot(op, e, lines) : align(e, access_dims(op), r.dims, true, op);
+        e = ref + index + load_cast(op);
+        if (!gathers(op))
+          e = align(e, access_dims(op), r.dims, true, op);
+        else
+          e = in_range(op, an_.smem_gathers.count(int(&op - k_.ops.data())) ? smem_gather(op, ref, lines)
+                                                                               : one_hot(op, e, lines));
         what = "load " + shown(k_.tensors[size_t(op.tensor)].name);
         break;
       }
@@ -1547,6 +1831,7 @@ class Generator {
           e = fmt::format("jax.lax.broadcasted_iota(jnp.int32, {}, {})", py_tuple(shape_of(r.dims)),
                           pos - r.dims.begin());
           if (tiled) e = fmt::format("{} + {}", block_start(op.axis), e);
+          if (reduce_loop_ && op.axis == reduce_loop_->axis) e = fmt::format("{}.start + {}", block_slice(k_, op.axis), e);
         }
         what = "tile_index " + ax.name;
         break;
@@ -1597,7 +1882,8 @@ class Generator {
       case OpKind::Reduce: {
         std::string x = convert(in(0), in_dtype(0), r.dtype);
         int axis = in_dims(0)[size_t(op.dim)];
-        if (axis != ir::kOne && an_.partial[size_t(axis)]) {
+        // (A looped axis' blocks are sliced to their real length: nothing to mask.)
+        if (axis != ir::kOne && an_.partial[size_t(axis)] && !an_.looped(axis)) {
           // The last block along a tiled axis is partial: its out-of-range elements are
           // garbage, so they must not reach the reduction.
           std::string mask = valid_mask(axis, in_dims(0), op.dim, lines);
@@ -1607,6 +1893,8 @@ class Generator {
         }
         e = fmt::format("{}({}, axis={}{})", reduce_fn(op.reduce), x, op.dim,
                         op.keepdim ? ", keepdims=True" : "");
+        if (reduce_loop_ && axis == reduce_loop_->axis)  // this block's share, into the running value
+          e = binary(accumulate(op.reduce), var(op.result), e);
         what = fmt::format("{} over {}", ir::name(op.reduce), ir::dim_name(k_, axis));
         break;
       }
@@ -1778,6 +2066,15 @@ int64_t vmem_limit_bytes(const TpuGeneration& chip, const Footprint& f) {
 
 std::string python_name(const std::string& name) { return py_name(name); }
 
+bool smem_gather_applies(const ir::Op& op) {
+  int axes = 0, gathered = 0;
+  for (const ir::Index& e : op.index) {
+    axes += e.kind == ir::Index::Kind::Axis;
+    gathered += e.kind == ir::Index::Kind::Gather;
+  }
+  return gathers(op) && axes == 1 && gathered == 1;
+}
+
 std::string entry_name(const plan::Plan& p) { return "deuteron_" + py_name(p.kernel.name); }
 
 Footprint vmem_footprint(const plan::Plan& p, const TpuGeneration& chip) {
@@ -1849,6 +2146,27 @@ Footprint check(const plan::Plan& p, const TpuGeneration& chip) {
     }
   }
 
+  // A looped reduction slices the blocks it reads and writes along its dim: the slices keep the
+  // rule too, so that each starts on a whole (8, 128) tile.
+  for (const plan::BlockSpec& s : p.operands) {
+    size_t rank = s.index_map.size();
+    for (size_t back = 0; back < std::min<size_t>(rank, 2); ++back) {
+      const plan::IndexTerm& e = s.index_map[rank - 1 - back];
+      int64_t multiple = block_multiple(chip, back);
+      if (e.kind != plan::IndexTerm::Kind::Looped || p.block[size_t(e.axis)] % multiple == 0) continue;
+      const ir::BlockParam& bp = k.block_params[size_t(k.axes[size_t(e.axis)].block_param)];
+      throw ConfigError(
+          fmt::format("pallas: {} = {} reduces the {} dim of {} ({}[{}]) in blocks of {}, which must be a multiple "
+                      "of {} on a TPU",
+                      bp.name, p.block[size_t(e.axis)], back == 0 ? "last" : "second-to-last",
+                      an.tensor_label(s.tensor), dtype_name(k.tensors[size_t(s.tensor)].dtype),
+                      fmt::join(k.tensors[size_t(s.tensor)].shape, ", "), p.block[size_t(e.axis)], multiple),
+          format_location(k.ops[size_t(s.op)].loc),
+          fmt::format("set {} to a multiple of {}, or to {} (persistent: the whole dim in one block)", bp.name,
+                      multiple, bp.max));
+    }
+  }
+
   // VMEM: every buffer the kernel allocates, with headroom, must fit the core's VMEM (the
   // module raises vmem_limit_bytes to what it needs).
   Footprint f = footprint(an);
@@ -1898,6 +2216,7 @@ std::string describe(const plan::Plan& p, const TpuGeneration& chip) {
   Analysis an(p, chip);
   std::string out;
   for (const Inner& in : an.inner) out += "  pallas: " + loop_summary(an, in) + "\n";
+  for (int a : looped_axes(an)) out += "  pallas: " + reduction_summary(an, a) + "\n";
   Footprint f = footprint(an);
   return out + fmt::format("  pallas: VMEM on {}: {}; vmem_limit_bytes {} (VMEM per core {})\n", chip.name, f.describe(),
                            vmem_limit_bytes(chip, f), human_bytes(chip.vmem_bytes));

@@ -15,6 +15,20 @@
 
 namespace deuteron::pallas {
 
+// The pallas target's own config keys (config/keys.h holds the shared ones).
+namespace keys {
+// How a gather from `tensor` (x[{rows, idx}]) picks its elements: kOneHot compares the whole
+// gathered dim with each index (vector work, no SMEM); kSmem copies the indices into SMEM and
+// reads each row's element at its index in a loop over the block's rows.
+inline std::string gather(const std::string& tensor) { return "gather_" + tensor; }
+inline constexpr const char* kOneHot = "one_hot";
+inline constexpr const char* kSmem = "smem";
+}  // namespace keys
+
+// Whether `op` (a gathering load) can take the kSmem form: one index per row of a block with
+// one other dim.
+bool smem_gather_applies(const ir::Op& op);
+
 // VMEM a plan needs on the chip, in bytes (tile-padded, see padded_vmem_bytes): every buffer
 // the emitted module allocates.
 struct Footprint {
