@@ -11,6 +11,7 @@
 #include <set>
 
 #include "config/keys.h"
+#include "backends/python/source.h"
 #include "deuteron/error.h"
 #include "runtime/text.h"
 
@@ -22,45 +23,20 @@ using ir::OpKind;
 
 // ---- Python text helpers ----------------------------------------------------------------------
 
-// Names a generated identifier must not take: Python keywords and the module's own names.
-bool reserved(const std::string& s) {
-  static const std::set<std::string> names = {
-      "False",   "None",     "True",      "and",    "as",        "assert",    "async",  "await",
-      "break",   "class",    "continue",  "def",    "del",       "elif",      "else",   "except",
-      "finally", "for",      "from",      "global", "if",        "import",    "in",     "is",
-      "lambda",  "nonlocal", "not",       "or",     "pass",      "raise",     "return", "try",
-      "while",   "with",     "yield",     "match",  "case",      "type",      "jax",    "jnp",
-      "pl",      "pltpu",    "functools", "run",    "interpret", "INTERPRET", "kernel"};
-  return names.count(s) > 0;
-}
+// Names a generated identifier must not take besides Python's keywords: the module's own.
+const std::set<std::string> kModuleNames = {"jax", "jnp", "pl", "pltpu", "functools", "run", "interpret", "INTERPRET", "kernel"};
 
-std::string py_name(const std::string& s) {
-  std::string out = runtime::identifier(s);
-  if (reserved(out)) out += "_";
-  return out;
-}
+std::string py_name(const std::string& s) { return python::identifier(s, kModuleNames); }
 
 // Users' names (and source file names) in comments and docstrings: escaped, so that none can
 // end the comment or the docstring and start code.
 std::string shown(const std::string& name) { return runtime::escaped(name); }
 
-std::string upper(std::string s) {
-  for (char& c : s) c = char(std::toupper(static_cast<unsigned char>(c)));
-  return s;
-}
+using python::upper;
 
-std::string py_tuple(const std::vector<std::string>& v) {
-  if (v.size() == 1) return "(" + v[0] + ",)";
-  return fmt::format("({})", fmt::join(v, ", "));
-}
+std::string py_tuple(const std::vector<std::string>& v) { return python::tuple(v); }
 
-std::string py_float(double x) {
-  if (std::isnan(x)) return "jnp.nan";
-  if (std::isinf(x)) return x > 0 ? "jnp.inf" : "-jnp.inf";
-  std::string s = fmt::format("{}", x);  // shortest text that reads back as the same double
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";
-  return s;
-}
+std::string py_float(double x) { return python::float_literal(x, "jnp.inf", "jnp.nan"); }
 
 // The dtype a value of IR dtype `t` has inside the kernel: floating values are computed in
 // float32 (as on the cpu target: bf16/f16 are storage types), integers in int32 (TPUs have no
@@ -90,11 +66,7 @@ std::string literal(const ir::Constant& c, DType t) {
   return py_float(c.real);
 }
 
-std::string human_bytes(int64_t b) {
-  if (b >= 1024 * 1024) return fmt::format("{:.1f} MiB", double(b) / (1024.0 * 1024.0));
-  if (b >= 1024) return fmt::format("{:.1f} KiB", double(b) / 1024.0);
-  return fmt::format("{} bytes", b);
-}
+using python::human_bytes;
 
 int64_t next_pow2(int64_t n) {
   int64_t p = 1;

@@ -1,8 +1,6 @@
-// The pallas target's tuning harness: a candidate compiles through PallasBackend::compile (the
-// module goes into the cache), and runs in the runner's --serve worker, which speaks the CPU
-// runner's protocol (backends/cpu/runner_source.h; the differences are listed in
-// backends/python/runtime/deuteron_runner.py) and times calls on the device, waiting for
-// their results. In interpret mode the times only inform; the outputs are checked all the same.
+// The pallas target's tuning harness: the shared Python-module harness (python::ModuleHarness)
+// with this target's runner, for the device the probe found (a TPU, or interpret mode), and its
+// hardware in the cache key.
 #include <fmt/format.h>
 
 #include "backends/pallas/backend.h"
@@ -10,45 +8,17 @@
 
 namespace deuteron::pallas {
 
-namespace {
-
-class PallasHarness : public backends::Harness {
- public:
-  explicit PallasHarness(const PallasBackend& backend) : backend_(backend) {}
-
-  // The device probe runs once here, not in every compile worker.
-  void prepare_parent() override { (void)backend_.device(); }
-
-  backends::Prepared compile(const plan::Plan& p) const override {
-    std::unique_ptr<backends::Executable> exe = backend_.compile(p);
-    backends::Prepared out;
-    out.kernel_line = static_cast<const python::ModuleExecutable&>(*exe).worker_line();
-    out.compiled = exe->compiled;
-    return out;
-  }
-
-  std::vector<std::string> runner_command() override {
-    return python::runner_command(runner_spec(backend_.generation(), backend_.device().tpu ? "tpu" : "interpret"),
-                                  {"--serve"});
-  }
-
-  // The host only waits for the device.
-  int threads(const plan::Plan& p) const override {
-    (void)p;
-    return 1;
-  }
-
-  std::string hardware_fingerprint(const config::TargetLimits& l) const override {
-    return fmt::format("pallas {} | {} | cores {} | fast memory {}", backend_.generation().name,
-                       backend_.device().kind, l.cores, l.fast_memory_bytes);
-  }
-
- private:
-  const PallasBackend& backend_;
-};
-
-}  // namespace
-
-std::unique_ptr<backends::Harness> PallasBackend::harness() const { return std::make_unique<PallasHarness>(*this); }
+std::unique_ptr<backends::Harness> PallasBackend::harness() const {
+  return std::make_unique<python::ModuleHarness>(
+      *this, python::ModuleHarness::Hooks{
+                 .prepare = [this] { (void)device(); },  // the probe runs once, not in every compile worker
+                 .runner = [this] { return runner_spec(generation(), device().tpu ? "tpu" : "interpret"); },
+                 .fingerprint =
+                     [this](const config::TargetLimits& l) {
+                       return fmt::format("pallas {} | {} | cores {} | fast memory {}", generation().name,
+                                          device().kind, l.cores, l.fast_memory_bytes);
+                     },
+             });
+}
 
 }  // namespace deuteron::pallas

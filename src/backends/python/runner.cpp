@@ -276,4 +276,14 @@ void ModuleExecutable::run(const std::vector<Tensor>& tensors, const std::vector
   }
 }
 
+backends::Prepared ModuleHarness::compile(const plan::Plan& p) const {
+  std::unique_ptr<backends::Executable> exe = backend_.compile(p);
+  backends::Prepared out;
+  out.kernel_line = static_cast<const ModuleExecutable&>(*exe).worker_line();
+  out.compiled = exe->compiled;
+  return out;
+}
+
+std::vector<std::string> ModuleHarness::runner_command() { return python::runner_command(hooks_.runner(), {"--serve"}); }
+
 }  // namespace deuteron::python

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -97,6 +98,39 @@ class ModuleExecutable : public backends::Executable {
   std::vector<ir::ScalarParam> scalars_;
   std::vector<std::string> scalar_names_;
   nlohmann::json report_;
+};
+
+// The tuning harness of a Python-based target: a candidate compiles through the target's
+// Backend::compile (a ModuleExecutable: the module goes into the cache) and runs in the target
+// runner's --serve worker, which speaks the CPU runner's protocol (backends/cpu/runner_source.h;
+// the differences are listed in runtime/deuteron_runner.py) and times calls on the device,
+// waiting for their results. In a simulator the times only inform; outputs are checked all the
+// same. The host only waits for the device: a candidate keeps one core busy.
+class ModuleHarness : public backends::Harness {
+ public:
+  struct Hooks {
+    std::function<void()> prepare;  // in the tuning process, once (e.g. the device probe)
+    std::function<RunnerSpec()> runner;  // the target's runner, for the device it found
+    std::function<std::string(const config::TargetLimits&)> fingerprint;
+  };
+  ModuleHarness(const backends::Backend& backend, Hooks hooks) : backend_(backend), hooks_(std::move(hooks)) {}
+
+  void prepare_parent() override {
+    if (hooks_.prepare) hooks_.prepare();
+  }
+  backends::Prepared compile(const plan::Plan& p) const override;
+  std::vector<std::string> runner_command() override;
+  int threads(const plan::Plan& p) const override {
+    (void)p;
+    return 1;
+  }
+  std::string hardware_fingerprint(const config::TargetLimits& limits) const override {
+    return hooks_.fingerprint(limits);
+  }
+
+ private:
+  const backends::Backend& backend_;
+  Hooks hooks_;
 };
 
 }  // namespace deuteron::python
