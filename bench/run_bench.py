@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/run_bench.py [--kernels a,b,c] [--shapes small|bench] [--repeat N]
                                         [--rounds K] [--threads T] [--json] [--out results/]
+                                        [--baseline-deuteron OLD_BUILD/deuteron]
 
 For every catalogue kernel (`deuteron list --json`) at its CPU bench shape, in float32:
   * Deuteron: `deuteron tune KERNEL --shape S --time-budget B` first (instant when its cache has
@@ -10,6 +11,9 @@ For every catalogue kernel (`deuteron list --json`) at its CPU bench shape, in f
     `deuteron run KERNEL --shape S --dtype float32 --json --repeat N` in a subprocess per round;
     rounds after the first pass the first run's config with --config, so nothing is re-tuned.
     Its median_ms is in-process kernel time on preallocated outputs.
+  * With --baseline-deuteron, a second deuteron binary the same way (system deuteron_before,
+    its own DEUTERON_CACHE_DIR, tuned with the same budget), timed in the same rounds; the
+    report adds after/before = this build's time over the baseline's.
   * PyTorch eager, torch.compile of the same function, jax.jit of the same function, and for
     attention torch's scaled_dot_product_attention, timed in this process (synchronous calls).
 Fairness:
@@ -65,9 +69,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-SYSTEMS = ["deuteron", "torch_eager", "torch_compile", "jax_jit", "torch_sdpa"]
+SYSTEMS = ["deuteron", "deuteron_before", "torch_eager", "torch_compile", "jax_jit", "torch_sdpa"]
+DEUTERONS = ["deuteron", "deuteron_before"]  # this build, and --baseline-deuteron
 BASELINES = ["torch_eager", "torch_compile", "jax_jit", "torch_sdpa"]
-LABEL = {"deuteron": "Deuteron", "torch_eager": "PyTorch eager", "torch_compile": "torch.compile",
+LABEL = {"deuteron": "Deuteron", "deuteron_before": "Deuteron before", "torch_eager": "PyTorch eager", "torch_compile": "torch.compile",
          "jax_jit": "jax.jit", "torch_sdpa": "torch SDPA"}
 GEOMEAN_FIELD = {"torch_eager": "geomean_vs_eager", "torch_compile": "geomean_vs_torch_compile",
                  "jax_jit": "geomean_vs_jax_jit", "torch_sdpa": "geomean_vs_torch_sdpa"}
@@ -139,6 +144,46 @@ def cli_features(deuteron: str) -> dict:
     tune_help = helps("tune")
     return {"save_outputs": "--save-outputs" in run_help, "save_inputs": "--save-inputs" in run_help,
             "no_check": "--no-check" in run_help, "tune": "--shape" in tune_help}
+
+
+def default_cache_root() -> Path:
+    """Where deuteron keeps its cache (the rule of src/runtime/disk_cache.h)."""
+    if os.environ.get("DEUTERON_CACHE_DIR"):
+        return Path(os.environ["DEUTERON_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "deuteron"
+
+
+def file_sha256(path) -> str:
+    import hashlib
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def snapshot(name: str, path: str, snap_dir: Path, cache_dir: str | None) -> dict:
+    """A private copy of the deuteron binary at `path` (so a rebuild during the run cannot change
+    or break it), with its catalogue and CLI features: one `tool` of the Deuteron class. Retries
+    for two minutes while `path` does not work: it may be being rebuilt."""
+    binary = snap_dir / name / "deuteron"
+    binary.parent.mkdir()
+    env = dict(os.environ, **({"DEUTERON_CACHE_DIR": cache_dir} if cache_dir else {}))
+    for attempt in range(12):
+        try:
+            if not os.access(path, os.X_OK):
+                raise OSError(f"{path} is not an executable (build it: cmake --build build)")
+            shutil.copy2(path, binary)
+            cat = json.loads(subprocess.run([str(binary), "list", "--json"], capture_output=True, text=True,
+                                            check=True, env=env).stdout)
+            break
+        except (OSError, subprocess.CalledProcessError, json.JSONDecodeError) as e:
+            if attempt == 11:
+                raise RuntimeError(f"{path} does not work: {e}") from e
+            log(f"{path} does not work yet ({e}); it may be being rebuilt: retrying in 10 s")
+            time.sleep(10)
+    built = time.strftime("%Y-%m-%d %H:%M", time.localtime(os.path.getmtime(binary)))
+    return {"name": name, "binary": str(binary), "cache_dir": cache_dir, "catalogue": cat,
+            "kernels": {e["name"] for e in cat}, "features": cli_features(str(binary)),
+            "info": f"{path} (copied at start; built {built})"
+                    + (f"; DEUTERON_CACHE_DIR={cache_dir}" if cache_dir else "")}
 
 
 # ---- measurement helpers ---------------------------------------------------------------------
@@ -252,6 +297,159 @@ def compare(got, want, rtol, atol, ntol=0.0):
     return ok, max_err, ""
 
 
+class Deuteron:
+    """One deuteron binary on one kernel: `deuteron tune` once, then one `deuteron run` subprocess
+    per round. `d` is its entry in row["systems"]; `tool` (from main) holds its binary, CLI
+    features and cache folder, so each binary only ever reads configs it tuned itself."""
+
+    def __init__(self, tool, row, shape_arg, args):
+        self.name, self.tool, self.row, self.args = tool["name"], tool, row, args
+        self.kernel, self.shape_arg = row["kernel"], shape_arg
+        self.est_ms = None  # ms per call: the frameworks' until this binary's first round
+        self.env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+        if tool.get("cache_dir"):
+            self.env["DEUTERON_CACHE_DIR"] = tool["cache_dir"]
+        self.d = {"median_ms": None, "round_medians_ms": [], "runs": 0, "walls_s": [], "overheads_s": []}
+        row["systems"][self.name] = self.d
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"{self.name}-bench-{self.kernel}-"))
+
+    def note(self, msg):
+        self.row["notes"].append(f"{self.name} {msg}")
+
+    # 1. Tuning: once per kernel and shape (deuteron caches the result), reported separately. A
+    #    failed tune leaves `deuteron run` on its default config (and stops it from trying to tune
+    #    again in every round).
+    def tune(self):
+        args, d, name = self.args, self.d, self.kernel
+        if args.tune == "never":
+            self.env["DEUTERON_AUTOTUNE_EFFORT"] = "none"
+        if args.tune != "auto" or not self.tool["features"]["tune"]:
+            return
+        cmd = [self.tool["binary"], "tune", name, "--shape", self.shape_arg, "--dtype", "float32",
+               "--progress", "quiet"]
+        if args.tune_budget > 0:
+            cmd += ["--time-budget", f"{args.tune_budget:g}"]
+        log(f"{name} {self.row['shape']}: {self.name} tune"
+            + (f" (budget {args.tune_budget:g} s)" if args.tune_budget > 0 else ""))
+        t0 = time.perf_counter()
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=args.deuteron_timeout)
+            rc, msg = p.returncode, (p.stderr.strip() or p.stdout.strip())
+        except subprocess.TimeoutExpired:
+            rc, msg = -1, f"timed out after {args.deuteron_timeout:.0f} s"
+        except OSError as e:
+            rc, msg = -1, f"cannot run {cmd[0]}: {e}"
+        d["tune_s"] = time.perf_counter() - t0
+        d["tune_ok"] = rc == 0
+        if rc != 0:
+            first_line = next((ln for ln in msg.splitlines() if "error" in ln.lower()), msg.splitlines()[-1] if msg else "")
+            self.note(f"tune failed ({first_line.strip()[:160]}): default config")
+            log(f"{name}: {self.name} tune failed: {first_line.strip()[:160]}")
+            self.env["DEUTERON_AUTOTUNE_EFFORT"] = "none"
+
+    # 4. One timed round. Round 0 is this binary's first run on the kernel: it compiles if needed
+    #    (its in-process timing excludes that) and fixes the config, which later rounds pass
+    #    explicitly (--config) so nothing is re-tuned.
+    def run_round(self, k, reps):
+        d, name, tool = self.d, self.kernel, self.tool
+        if k > 0 and d.get("config") is None:
+            return
+        cmd = [tool["binary"], "run", name, "--shape", self.shape_arg, "--dtype", "float32", "--json",
+               "--repeat", str(reps(self.est_ms))]
+        if k == 0:
+            if tool["features"]["save_outputs"]:
+                cmd += ["--save-outputs", str(self.tmp / "out")]
+            if tool["features"]["save_inputs"]:
+                cmd += ["--save-inputs", str(self.tmp / "in")]
+            log(f"{name} {self.row['shape']}: timing ({self.name}'s first run compiles if needed)")
+        else:
+            cmd += ["--config", json.dumps(d["config"], separators=(",", ":"))]
+            if tool["features"]["no_check"]:
+                cmd += ["--no-check"]  # checked in round 0; skip the float64 reference
+        j, wall, err = deuteron_json(cmd, self.args.deuteron_timeout, self.env)
+        if j is None or j.get("median_ms") is None:
+            if k == 0:
+                d["error"] = err
+                log(f"{name}: {self.name} run failed: {err}")
+            self.note(f"run failed{'' if k == 0 else f' in round {k}'}: {err}")
+            return
+        if k == 0:
+            for f in ("config", "config_origin", "tuned", "compiled", "correct", "max_abs_err", "source"):
+                d[f] = j.get(f)
+            d["first_wall_s"] = wall
+        if k == 0 and "bytes" not in self.row:
+            med, gbps, gflops = j["median_ms"], j.get("gbps", 0.0), j.get("gflops", 0.0)
+            # bytes and flops of the kernel's definition (Entry::bytes / flops), from the CLI's rates
+            self.row["bytes"] = gbps * med * 1e6
+            self.row["flops"] = gflops * med * 1e6
+            roof = tool["roofline"]
+            frac = j.get("roofline_fraction", 0.0)
+            by_flops = gflops / roof["peak_gflops"] if roof.get("peak_gflops") else 0
+            by_bytes = gbps / roof["copy_gbps"] if roof.get("copy_gbps") else 0
+            self.row["compute_bound"] = abs(frac - by_flops) < abs(frac - by_bytes)
+        runs = j.get("runs", self.args.repeat)
+        d["round_medians_ms"].append(j["median_ms"])
+        d["runs"] += runs
+        d["walls_s"].append(wall)
+        # the subprocess's time outside its timed runs (start, inputs, reference, check, compile)
+        d["overheads_s"].append(max(0.0, wall - (runs + 1) * j["median_ms"] * 1e-3))
+        if "times_ms" in j:
+            d.setdefault("times_ms", []).extend(j["times_ms"])
+        self.est_ms = median(d["round_medians_ms"])
+
+    # 5. Checks and medians. Saved inputs must be bit-identical to the harness's (`inputs`), saved
+    #    outputs within the kernel's tolerance of the float64 evaluation (`want`).
+    def finish(self, inputs, want, spec, want_scale):
+        import numpy as np
+        d, tmp = self.d, self.tmp
+        if (tmp / "in").is_dir():
+            mism = []  # in{i}.npy: the tensor at argument position i
+            for i, a in enumerate(inputs):
+                if not isinstance(a, np.ndarray):
+                    continue
+                f = tmp / "in" / f"in{i}.npy"
+                b = np.load(f) if f.exists() else None
+                if b is None or b.dtype != a.dtype or b.shape != a.shape or \
+                        not np.array_equal(b.view(np.uint8), a.view(np.uint8)):
+                    mism.append(i)
+            d["inputs_identical"] = not mism
+            if mism:
+                self.row["notes"].append(f"inputs differ from {self.name}'s saved inputs: arguments {mism}")
+        if (tmp / "out").is_dir():
+            errs, ok_all = [], True
+            for i, w in enumerate(want):
+                f = tmp / "out" / f"out{i}.npy"
+                if not f.exists():
+                    ok_all = False
+                    continue
+                ok, err, _ = compare((np.load(f),), (w,), spec.rtol, spec.atol, spec.ntol)
+                errs.append(err)
+                ok_all = ok_all and ok
+            d["check"] = {"ok": ok_all, "max_abs_err": max(errs, default=float("inf")), "from": "saved outputs"}
+        shutil.rmtree(tmp, ignore_errors=True)
+
+        # Correctness under the harness's tolerance (the one the baselines pass): from the saved
+        # outputs when the CLI can save them, else from the max abs error against deuteron's own
+        # float64 reference on the same inputs (bounded by atol + ntol * max|output|, without the
+        # per-element rtol term, so stricter than the baselines' check).
+        if "check" not in d and d.get("max_abs_err") is not None:
+            bound = spec.atol + spec.ntol * want_scale
+            ok = bool(d.get("correct")) or d["max_abs_err"] <= bound
+            d["check"] = {"ok": ok, "max_abs_err": d["max_abs_err"], "from": "deuteron run's max_abs_err"}
+            if ok and not d.get("correct"):
+                self.note(f"run reports WRONG (its own elementwise tolerance) but its max abs error "
+                          f"{d['max_abs_err']:.3g} is within the harness's bound {bound:.3g}")
+
+        if d["round_medians_ms"]:
+            # median over all runs when the CLI gives them, else the median of the round medians
+            d["median_ms"] = median(d["times_ms"]) if d.get("times_ms") else median(d["round_medians_ms"])
+            if len(d["overheads_s"]) > 1:
+                d["invocation_overhead_s"] = median(d["overheads_s"][1:])
+                if d.get("compiled"):
+                    d["compile_s"] = max(0.0, d["overheads_s"][0] - d["invocation_overhead_s"])
+        if d["median_ms"] is not None and not (d.get("check") or {}).get("ok"):
+            self.note("output is WRONG: left out of the speedups and geomeans")
+
 def run_kernel(entry, spec, args, ctx) -> dict:
     import numpy as np
     import torch
@@ -262,35 +460,15 @@ def run_kernel(entry, spec, args, ctx) -> dict:
     shape_arg = ",".join(map(str, shape))
     row = {"kernel": name, "shape": shape, "dtype": "float32", "systems": {}, "notes": []}
     R, K = args.repeat, args.rounds
-    denv = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    d = {"median_ms": None, "round_medians_ms": [], "runs": 0, "walls_s": [], "overheads_s": []}
-    row["systems"]["deuteron"] = d
-
-    # 1. Deuteron's tuning: once per kernel and shape (deuteron caches the result), reported
-    #    separately. A failed tune leaves `deuteron run` on its default config (and stops it from
-    #    trying to tune again in every round).
-    if args.tune == "auto" and ctx["features"]["tune"]:
-        cmd = [ctx["deuteron"], "tune", name, "--shape", shape_arg, "--dtype", "float32", "--progress", "quiet"]
-        if args.tune_budget > 0:
-            cmd += ["--time-budget", f"{args.tune_budget:g}"]
-        log(f"{name} {shape}: deuteron tune" + (f" (budget {args.tune_budget:g} s)" if args.tune_budget > 0 else ""))
-        t0 = time.perf_counter()
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, env=denv, timeout=args.deuteron_timeout)
-            rc, msg = p.returncode, (p.stderr.strip() or p.stdout.strip())
-        except subprocess.TimeoutExpired:
-            rc, msg = -1, f"timed out after {args.deuteron_timeout:.0f} s"
-        except OSError as e:
-            rc, msg = -1, f"cannot run {cmd[0]}: {e}"
-        d["tune_s"] = time.perf_counter() - t0
-        d["tune_ok"] = rc == 0
-        if rc != 0:
-            first_line = next((ln for ln in msg.splitlines() if "error" in ln.lower()), msg.splitlines()[-1] if msg else "")
-            row["notes"].append(f"deuteron tune failed ({first_line.strip()[:160]}): default config")
-            log(f"{name}: deuteron tune failed: {first_line.strip()[:160]}")
-            denv["DEUTERON_AUTOTUNE_EFFORT"] = "none"
-    elif args.tune == "never":
-        denv["DEUTERON_AUTOTUNE_EFFORT"] = "none"
+    deuterons = []
+    for tool in ctx["deuterons"]:
+        if name in tool["kernels"]:
+            deuterons.append(Deuteron(tool, row, shape_arg, args))
+        else:
+            row["notes"].append(f"{tool['name']}: not in its catalogue")
+    d = row["systems"]["deuteron"]
+    for dt in deuterons:
+        dt.tune()
 
     # 2. Inputs, bit-identical to Deuteron's, and the frameworks' callables.
     t0 = time.perf_counter()
@@ -379,125 +557,32 @@ def run_kernel(entry, spec, args, ctx) -> dict:
             return R
         return max(min(R, 2), min(R, int(args.max_round_s * 1e3 / est_ms)))
 
-    # 4. Timed rounds, interleaved; the starting system rotates. Round 0's Deuteron invocation
-    #    is its first: it compiles if needed (its in-process timing excludes that) and fixes the
-    #    config, which later rounds pass explicitly (--config) so nothing is re-tuned.
-    tmp = Path(tempfile.mkdtemp(prefix=f"deuteron-bench-{name}-"))
-    base_cmd = [ctx["deuteron"], "run", name, "--shape", shape_arg, "--dtype", "float32", "--json"]
+    # 4. Timed rounds, interleaved; the starting system rotates.
     d_est = min((s.est_ms for s in live if getattr(s, "est_ms", None)), default=None)
-
-    def deuteron_round(k):
-        nonlocal d_est
-        cmd = base_cmd + ["--repeat", str(reps(d_est))]
-        if k == 0:
-            if ctx["features"]["save_outputs"]:
-                cmd += ["--save-outputs", str(tmp / "out")]
-            if ctx["features"]["save_inputs"]:
-                cmd += ["--save-inputs", str(tmp / "in")]
-            log(f"{name} {shape}: timing (deuteron's first run compiles if needed)")
-        elif d.get("config") is not None:
-            cmd += ["--config", json.dumps(d["config"], separators=(",", ":"))]
-            if ctx["features"]["no_check"]:
-                cmd += ["--no-check"]  # checked in round 0; skip the float64 reference
-        j, wall, err = deuteron_json(cmd, args.deuteron_timeout, denv)
-        if j is None or j.get("median_ms") is None:
-            if k == 0:
-                d["error"] = err
-                log(f"{name}: deuteron run failed: {err}")
-            row["notes"].append(f"deuteron run failed{'' if k == 0 else f' in round {k}'}: {err}")
-            return
-        if k == 0:
-            for f in ("config", "config_origin", "tuned", "compiled", "correct", "max_abs_err", "source"):
-                d[f] = j.get(f)
-            d["first_wall_s"] = wall
-            med, gbps, gflops = j["median_ms"], j.get("gbps", 0.0), j.get("gflops", 0.0)
-            # bytes and flops of the kernel's definition (Entry::bytes / flops), from the CLI's rates
-            row["bytes"] = gbps * med * 1e6
-            row["flops"] = gflops * med * 1e6
-            roof = ctx["roofline"]
-            frac = j.get("roofline_fraction", 0.0)
-            by_flops = gflops / roof["peak_gflops"] if roof.get("peak_gflops") else 0
-            by_bytes = gbps / roof["copy_gbps"] if roof.get("copy_gbps") else 0
-            row["compute_bound"] = abs(frac - by_flops) < abs(frac - by_bytes)
-        runs = j.get("runs", R)
-        d["round_medians_ms"].append(j["median_ms"])
-        d["runs"] += runs
-        d["walls_s"].append(wall)
-        # the subprocess's time outside its timed runs (start, inputs, reference, check, compile)
-        d["overheads_s"].append(max(0.0, wall - (runs + 1) * j["median_ms"] * 1e-3))
-        if "times_ms" in j:
-            d.setdefault("times_ms", []).extend(j["times_ms"])
-        d_est = median(d["round_medians_ms"])
-
+    for dt in deuterons:
+        dt.est_ms = d_est
     if args.wait_quiet > 0:
         waited, seen = wait_quiet(args.wait_quiet)
         row["waited_for_quiet_s"] = round(waited, 1)
         if seen >= 0.25:
             log(f"{name}: other processes still use {seen:.2f} cores after waiting {waited:.0f} s; timing anyway")
-    order = ["deuteron"] + [s.name for s in live]
-    by_name = {s.name: s for s in live}
+    order = deuterons + live
     busy0, own0, wall0 = cpu_busy_jiffies(), own_cpu_seconds(), time.perf_counter()
     for k in range(K):
-        rot = order[k % len(order):] + order[:k % len(order)]
-        for sname in rot:
-            if sname == "deuteron":
-                if k == 0 or d.get("config") is not None:
-                    deuteron_round(k)
+        for s in order[k % len(order):] + order[:k % len(order)]:
+            if isinstance(s, Deuteron):
+                s.run_round(k, reps)
             else:
-                by_name[sname].timed(reps(by_name[sname].est_ms))
+                s.timed(reps(s.est_ms))
     elapsed = time.perf_counter() - wall0
     hz = os.sysconf("SC_CLK_TCK")
     foreign = ((cpu_busy_jiffies() - busy0) / hz - (own_cpu_seconds() - own0)) / max(elapsed, 1e-9)
     row["foreign_load_cores"] = max(0.0, foreign)
     row["timing_s"] = elapsed
 
-    # Deuteron's saved inputs and outputs, when the CLI can save them.
-    if (tmp / "in").is_dir():
-        mism = []  # in{i}.npy: the tensor at argument position i
-        for i, a in enumerate(inputs):
-            if not isinstance(a, np.ndarray):
-                continue
-            f = tmp / "in" / f"in{i}.npy"
-            b = np.load(f) if f.exists() else None
-            if b is None or b.dtype != a.dtype or b.shape != a.shape or \
-                    not np.array_equal(b.view(np.uint8), a.view(np.uint8)):
-                mism.append(i)
-        row["inputs_identical"] = not mism
-        if mism:
-            row["notes"].append(f"inputs differ from deuteron's saved inputs: arguments {mism}")
-    if (tmp / "out").is_dir():
-        errs, ok_all = [], True
-        for i, w in enumerate(want):
-            f = tmp / "out" / f"out{i}.npy"
-            if not f.exists():
-                ok_all = False
-                continue
-            ok, err, _ = compare((np.load(f),), (w,), spec.rtol, spec.atol, spec.ntol)
-            errs.append(err)
-            ok_all = ok_all and ok
-        d["check"] = {"ok": ok_all, "max_abs_err": max(errs, default=float("inf")), "from": "saved outputs"}
-    shutil.rmtree(tmp, ignore_errors=True)
+    for dt in deuterons:
+        dt.finish(inputs, want, spec, want_scale)
     del inputs, np_tensors, th, jx
-
-    # Deuteron's correctness under the harness's tolerance (the one the baselines pass): from its
-    # saved outputs when the CLI can save them, else from its max abs error against its own
-    # float64 reference on the same inputs (bounded by atol + ntol * max|output|, without the
-    # per-element rtol term, so stricter than the baselines' check).
-    if "check" not in d and d.get("max_abs_err") is not None:
-        bound = spec.atol + spec.ntol * want_scale
-        ok = bool(d.get("correct")) or d["max_abs_err"] <= bound
-        d["check"] = {"ok": ok, "max_abs_err": d["max_abs_err"], "from": "deuteron run's max_abs_err"}
-        if ok and not d.get("correct"):
-            row["notes"].append(f"deuteron run reports WRONG (its own elementwise tolerance) but its max abs "
-                                f"error {d['max_abs_err']:.3g} is within the harness's bound {bound:.3g}")
-
-    if d["round_medians_ms"]:
-        # median over all runs when the CLI gives them, else the median of the round medians
-        d["median_ms"] = median(d["times_ms"]) if d.get("times_ms") else median(d["round_medians_ms"])
-        if len(d["overheads_s"]) > 1:
-            d["invocation_overhead_s"] = median(d["overheads_s"][1:])
-            if d.get("compiled"):
-                d["compile_s"] = max(0.0, d["overheads_s"][0] - d["invocation_overhead_s"])
     for s in systems:
         row["systems"][s.name] = {"median_ms": median(s.times) if s.times else None, "runs": len(s.times),
                                   "min_ms": min(s.times) if s.times else None,
@@ -528,10 +613,13 @@ def run_kernel(entry, spec, args, ctx) -> dict:
             sv["roofline_fraction"] = row["flops"] / (t * 1e-3) / 1e9 / roof["peak_gflops"]
         else:
             sv["roofline_fraction"] = row["bytes"] / (t * 1e-3) / 1e9 / roof["copy_gbps"]
+    # This build against the baseline build (--baseline-deuteron): < 1 means this one is faster.
+    db = row["systems"].get("deuteron_before")
+    if db is not None:
+        db_ok = db["median_ms"] is not None and bool((db.get("check") or {}).get("ok"))
+        row["after_over_before"] = dm / db["median_ms"] if (d_ok and db_ok) else None
     if not spec.verified:
         row["notes"].append("spec not yet checked against the kernel's examples/*.cpp")
-    if dm is not None and not d_ok:
-        row["notes"].append("deuteron's output is WRONG: left out of the speedups and geomeans")
     return row
 
 
@@ -557,6 +645,8 @@ def summarize(rows, systems):
         g = geomean([r["systems"].get(b, {}).get("speedup") for r in rows])
         out[GEOMEAN_FIELD[b]] = g
     out["geomean_vs_best"] = geomean([r.get("speedup_vs_best") for r in rows])
+    if "deuteron_before" in systems:
+        out["geomean_after_over_before"] = geomean([r.get("after_over_before") for r in rows])
     return out
 
 
@@ -565,6 +655,8 @@ def write_markdown(path, result):
     has_sdpa = any("torch_sdpa" in r["systems"] for r in rows)
     base = ["torch_eager", "torch_compile", "jax_jit"] + (["torch_sdpa"] if has_sdpa else [])
     base = [b for b in base if b in meta["systems"]]
+    dsys = [s for s in DEUTERONS if s in meta["systems"]]
+    before = "deuteron_before" in dsys
     L = []
     L.append(f"# Deuteron vs PyTorch eager, torch.compile and jax.jit ({meta['shapes']} shapes, float32)")
     L.append("")
@@ -573,19 +665,25 @@ def write_markdown(path, result):
              f"Median ms over {meta['rounds']} interleaved rounds x {meta['repeat']} runs. "
              f"Speedup = baseline time / Deuteron time (> 1: Deuteron faster).")
     L.append("")
-    hdr = ["kernel", "shape", "Deuteron ms"] + [f"{LABEL[b]} ms" for b in base] + \
-          [f"x {LABEL[b]}" for b in base] + ["roofline D / " + " / ".join(LABEL[b] for b in base), "other load"]
+    hdr = ["kernel", "shape"] + [f"{LABEL[s]} ms" for s in dsys] + (["after / before"] if before else []) + \
+          [f"{LABEL[b]} ms" for b in base] + [f"x {LABEL[b]}" for b in base] + \
+          ["roofline D / " + " / ".join(LABEL[b] for b in base), "other load"]
     L.append("| " + " | ".join(hdr) + " |")
     L.append("|" + "---|" * len(hdr))
     for r in rows:
         S = r["systems"]
-        d = S["deuteron"]
-        dcell = fmt_ms(d.get("median_ms"))
-        if d.get("median_ms") is not None:
-            dcell += f" ({d.get('config_origin', '?')})"
-            if not (d.get("check") or {}).get("ok"):
-                dcell += " WRONG"
-        cells = [r["kernel"], "x".join(map(str, r["shape"])), dcell]
+        cells = [r["kernel"], "x".join(map(str, r["shape"]))]
+        for s in dsys:
+            d = S.get(s) or {}
+            c = fmt_ms(d.get("median_ms"))
+            if d.get("median_ms") is not None:
+                c += f" ({d.get('config_origin', '?')})"
+                if not (d.get("check") or {}).get("ok"):
+                    c += " WRONG"
+            cells.append(c)
+        if before:
+            x = r.get("after_over_before")
+            cells.append("-" if x is None else f"{x:.2f}")
         for b in base:
             sb = S.get(b)
             c = fmt_ms(sb.get("median_ms")) if sb else "-"
@@ -600,12 +698,18 @@ def write_markdown(path, result):
                      + (" (FMA)" if r.get("compute_bound") else " (BW)"))
         cells.append(f"{r.get('foreign_load_cores', 0):.2f}")
         L.append("| " + " | ".join(cells) + " |")
-    gcells = ["**geomean**", "", ""] + [""] * len(base) + \
-             [f"**{fmt_x(gm.get(GEOMEAN_FIELD[b]))}**" for b in base] + ["", ""]
+    gb = gm.get("geomean_after_over_before")
+    gcells = ["**geomean**", ""] + [""] * len(dsys) + ([f"**{gb:.2f}**" if gb else "-"] if before else []) + \
+             [""] * len(base) + [f"**{fmt_x(gm.get(GEOMEAN_FIELD[b]))}**" for b in base] + ["", ""]
     L.append("| " + " | ".join(gcells) + " |")
     L.append("")
     L.append(f"Geometric mean speedup of Deuteron over the fastest baseline per kernel: "
              f"{fmt_x(gm.get('geomean_vs_best'))}.")
+    if before:
+        L.append("")
+        L.append(f"after / before: this build's time over the baseline build's ({meta.get('deuteron_before')}), "
+                 "timed in the same rounds, each on its own tuned or default config (below 1: this build "
+                 "is faster).")
     L.append("")
     L.append("Roofline: the kernel's bytes (BW) or flops (FMA) from its catalogue definition over "
              f"`deuteron roofline` ({meta['roofline']['copy_gbps']:.1f} GB/s copy, "
@@ -627,21 +731,23 @@ def write_markdown(path, result):
              "float64 evaluation of the same function on the same inputs (Deuteron: from its own "
              "float64 reference).")
     L.append("")
-    hdr = ["kernel", "Deuteron tune s", "Deuteron compile s", "Deuteron run overhead s", "Deuteron config"] + \
+    hdr = ["kernel"] + [f"{LABEL[s]} {c}" for s in dsys for c in ("tune s", "compile s", "run overhead s", "config")] + \
           [f"{LABEL[b]} first call s" for b in base] + \
-          ["max abs err: Deuteron / " + " / ".join(LABEL[b] for b in base)]
+          ["max abs err: " + " / ".join(LABEL[s] for s in dsys + base)]
     L.append("| " + " | ".join(hdr) + " |")
     L.append("|" + "---|" * len(hdr))
 
     def num(x, f="{:.1f}"):
         return "-" if x is None else f.format(x)
     for r in rows:
-        S, d = r["systems"], r["systems"]["deuteron"]
-        tune = num(d.get("tune_s")) + ("" if d.get("tune_ok", True) else " (failed)")
-        comp = num(d.get("compile_s"), "{:.2f}") if d.get("compiled") else ("cached" if d.get("config") else "-")
-        cfg = json.dumps(d.get("config"), separators=(",", ":")) if d.get("config") else "-"
-        cells = [r["kernel"], tune, comp, num(d.get("invocation_overhead_s")),
-                 f"{d.get('config_origin', '-')}: `{cfg}`"]
+        S = r["systems"]
+        cells = [r["kernel"]]
+        for s in dsys:
+            d = S.get(s) or {}
+            tune = num(d.get("tune_s")) + ("" if d.get("tune_ok", True) else " (failed)")
+            comp = num(d.get("compile_s"), "{:.2f}") if d.get("compiled") else ("cached" if d.get("config") else "-")
+            cfg = json.dumps(d.get("config"), separators=(",", ":")) if d.get("config") else "-"
+            cells += [tune, comp, num(d.get("invocation_overhead_s")), f"{d.get('config_origin', '-')}: `{cfg}`"]
         for b in base:
             sb = S.get(b)
             c = "-" if not sb or sb.get("compile_s") is None else f"{sb['compile_s']:.2f}"
@@ -649,7 +755,7 @@ def write_markdown(path, result):
                 c += f" (cache {r['inductor_cache']})"
             cells.append(c)
         errs = []
-        for sname in ["deuteron"] + base:
+        for sname in dsys + base:
             ch = (S.get(sname) or {}).get("check")
             errs.append("-" if not ch else f"{ch['max_abs_err']:.2g}" + ("" if ch["ok"] else " WRONG"))
         cells.append(" / ".join(errs))
@@ -664,44 +770,52 @@ def write_markdown(path, result):
     L.append("")
     L.append("## Setup")
     L.append("")
-    for k in ("command", "deuteron", "threads", "affinity", "xla_pool_threads", "XLA_FLAGS", "malloc",
+    for k in ("command", "deuteron", "deuteron_before", "threads", "affinity", "xla_pool_threads", "XLA_FLAGS", "malloc",
               "load_before", "load_after", "wall_s", "deuteron_outputs"):
-        L.append(f"- {k}: {meta.get(k)}")
+        if k in meta:
+            L.append(f"- {k}: {meta[k]}")
     Path(path).write_text("\n".join(L) + "\n")
 
 
 def write_csv(path, result):
     rows = result["kernels"]
-    fields = ["kernel", "shape", "dtype", "deuteron_config_origin", "deuteron_correct", "deuteron_tune_s",
-              "deuteron_config", "best_baseline",
-              "speedup_vs_best", "bytes", "flops", "compute_bound", "foreign_load_cores"]
-    for s in SYSTEMS:
+    # deuteron_before's columns only when --baseline-deuteron ran it
+    dsys = [s for s in DEUTERONS if s == "deuteron" or s in result["meta"]["systems"]]
+    systems = [s for s in SYSTEMS if s in dsys or s not in DEUTERONS]
+    fields = ["kernel", "shape", "dtype"] + \
+        [f"{s}_{c}" for s in dsys for c in ("config_origin", "correct", "tune_s", "config")] + \
+        (["after_over_before"] if len(dsys) > 1 else []) + \
+        ["best_baseline", "speedup_vs_best", "bytes", "flops", "compute_bound", "foreign_load_cores"]
+    for s in systems:
         fields += [f"{s}_ms", f"{s}_min_ms", f"{s}_runs", f"{s}_roofline_fraction", f"{s}_first_call_s"]
-        if s != "deuteron":
+        if s not in DEUTERONS:
             fields += [f"speedup_vs_{s}", f"{s}_max_abs_err"]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         for r in rows:
-            d = r["systems"]["deuteron"]
             o = {"kernel": r["kernel"], "shape": "x".join(map(str, r["shape"])), "dtype": r["dtype"],
-                 "deuteron_config_origin": d.get("config_origin"),
-                 "deuteron_correct": (d.get("check") or {}).get("ok"), "deuteron_tune_s": d.get("tune_s"),
-                 "deuteron_config": json.dumps(d.get("config"), separators=(",", ":")) if d.get("config") else None,
                  "best_baseline": r.get("best_baseline"), "speedup_vs_best": r.get("speedup_vs_best"),
                  "bytes": r.get("bytes"), "flops": r.get("flops"), "compute_bound": r.get("compute_bound"),
                  "foreign_load_cores": r.get("foreign_load_cores")}
-            for s in SYSTEMS:
+            if len(dsys) > 1:
+                o["after_over_before"] = r.get("after_over_before")
+            for s in dsys:
+                d = r["systems"].get(s) or {}
+                o.update({f"{s}_config_origin": d.get("config_origin"),
+                          f"{s}_correct": (d.get("check") or {}).get("ok"), f"{s}_tune_s": d.get("tune_s"),
+                          f"{s}_config": json.dumps(d["config"], separators=(",", ":")) if d.get("config") else None})
+            for s in systems:
                 sv = r["systems"].get(s)
                 if not sv:
                     continue
                 o[f"{s}_ms"] = sv.get("median_ms")
-                o[f"{s}_min_ms"] = sv.get("min_ms") if s != "deuteron" else \
+                o[f"{s}_min_ms"] = sv.get("min_ms") if s not in DEUTERONS else \
                     (min(sv["round_medians_ms"]) if sv.get("round_medians_ms") else None)
                 o[f"{s}_runs"] = sv.get("runs")
                 o[f"{s}_roofline_fraction"] = sv.get("roofline_fraction")
                 o[f"{s}_first_call_s"] = sv.get("compile_s")
-                if s != "deuteron":
+                if s not in DEUTERONS:
                     o[f"speedup_vs_{s}"] = sv.get("speedup")
                     o[f"{s}_max_abs_err"] = (sv.get("check") or {}).get("max_abs_err")
             w.writerow(o)
@@ -770,7 +884,8 @@ def write_reports(result, out: Path, no_plot: bool) -> None:
     log(f"wrote {out / 'bench.md'}, bench.csv, bench.json" + (", bench_speedups.png" if plotted else "")
         + f" (run took {result['meta']['wall_s']:.0f} s)")
     g = {k: result.get(k) for k in ("geomean_vs_eager", "geomean_vs_torch_compile", "geomean_vs_jax_jit",
-                                    "geomean_vs_torch_sdpa", "geomean_vs_best") if k in result}
+                                    "geomean_vs_torch_sdpa", "geomean_vs_best", "geomean_after_over_before")
+         if k in result}
     log("geomeans: " + ", ".join(f"{k} {fmt_x(v)}" for k, v in g.items()))
 
 
@@ -787,6 +902,12 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ap.add_argument("--out", default=str(REPO / "results"), help="folder for bench.{md,csv,json,png}")
     ap.add_argument("--deuteron", default=str(REPO / "build" / "deuteron"), help="the deuteron binary")
+    ap.add_argument("--baseline-deuteron", metavar="PATH",
+                    help="a second deuteron binary (e.g. an older build), timed in the same rounds as "
+                         "system deuteron_before; the report adds its times and after/before ratios")
+    ap.add_argument("--baseline-cache-dir", metavar="DIR",
+                    help="DEUTERON_CACHE_DIR for --baseline-deuteron (default: <deuteron's cache>-baseline-"
+                         "<hash of the binary>), so neither binary reads the other's tuned configs")
     ap.add_argument("--systems", default="torch_eager,torch_compile,jax_jit,torch_sdpa",
                     help="baselines to run (default all)")
     ap.add_argument("--tune", choices=["auto", "never"], default="auto",
@@ -822,28 +943,24 @@ def main(argv=None) -> int:
     load_before = os.getloadavg()
     penv = setup_process(args.threads, args.cold_alloc)
 
-    # A private copy of the binary, so a rebuild during the run cannot change or break it.
-    deuteron, cat, roofline = None, None, None
     snap_dir = Path(tempfile.mkdtemp(prefix="deuteron-bench-bin-"))
-    for attempt in range(12):
-        try:
-            if not os.access(args.deuteron, os.X_OK):
-                raise OSError(f"{args.deuteron} is not an executable (build it: cmake --build build)")
-            deuteron = str(snap_dir / "deuteron")
-            shutil.copy2(args.deuteron, deuteron)
-            cat = json.loads(subprocess.run([deuteron, "list", "--json"], capture_output=True, text=True,
-                                            check=True).stdout)
-            roofline = json.loads(subprocess.run([deuteron, "roofline", "--json"], capture_output=True,
-                                                 text=True, check=True).stdout)
-            break
-        except (OSError, subprocess.CalledProcessError, json.JSONDecodeError) as e:
-            if attempt == 11:
-                print(f"error: {args.deuteron} does not work: {e}", file=sys.stderr)
-                return 2
-            log(f"{args.deuteron} does not work yet ({e}); it may be being rebuilt: retrying in 10 s")
-            time.sleep(10)
-    binary_info = f"{args.deuteron} (copied at start; built {time.strftime('%Y-%m-%d %H:%M', time.localtime(os.path.getmtime(deuteron)))})"
-    features = cli_features(deuteron)
+    try:
+        tools = [snapshot("deuteron", args.deuteron, snap_dir, None)]
+        if args.baseline_deuteron:
+            cache = args.baseline_cache_dir or \
+                f"{default_cache_root()}-baseline-{file_sha256(args.baseline_deuteron)[:12]}"
+            if Path(cache).resolve() == default_cache_root().resolve():
+                ap.error("--baseline-cache-dir must differ from the cache of --deuteron "
+                         "(each binary must only read configs it tuned itself)")
+            tools.append(snapshot("deuteron_before", args.baseline_deuteron, snap_dir, cache))
+        roofline = json.loads(subprocess.run([tools[0]["binary"], "roofline", "--json"], capture_output=True,
+                                             text=True, check=True).stdout)
+    except (RuntimeError, subprocess.CalledProcessError, json.JSONDecodeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for t in tools:
+        t["roofline"] = roofline
+    cat = tools[0]["catalogue"]
 
     import numpy as np  # noqa: F401
     import torch
@@ -866,7 +983,8 @@ def main(argv=None) -> int:
     else:
         entries = cat
     systems = ["deuteron"] + [s.strip() for s in args.systems.split(",") if s.strip()]
-    ctx = {"deuteron": deuteron, "roofline": roofline, "features": features, "systems": systems}
+    systems[1:1] = [t["name"] for t in tools[1:]]
+    ctx = {"deuterons": tools, "roofline": roofline, "systems": systems}
 
     rows, skipped = [], []
     for e in entries:
@@ -894,14 +1012,15 @@ def main(argv=None) -> int:
         "shapes": args.shapes, "repeat": args.repeat, "rounds": args.rounds, "threads": args.threads,
         "systems": systems, "cpu": roofline.get("cpu", platform.processor()), "roofline": roofline,
         "torch": torch.__version__, "jax": jax.__version__, "python": platform.python_version(),
-        "deuteron": binary_info, "affinity": penv["affinity"], "XLA_FLAGS": penv["XLA_FLAGS"],
+        "deuteron": tools[0]["info"], "affinity": penv["affinity"], "XLA_FLAGS": penv["XLA_FLAGS"],
         "malloc": penv["malloc"], "torch_threads": torch.get_num_threads(),
         "xla_pool_threads": ctx.get("xla_pool_threads"),
+        **({"deuteron_before": tools[1]["info"]} if len(tools) > 1 else {}),
         "deuteron_outputs": ("compared with the float64 evaluation (deuteron run --save-outputs)"
-                             if features["save_outputs"] else
+                             if tools[0]["features"]["save_outputs"] else
                              "checked by deuteron run's own `correct` field (its float64 reference on "
                              "the same inputs); the CLI cannot save its outputs yet"),
-        "cli_features": features, "skipped": skipped,
+        "cli_features": tools[0]["features"], "skipped": skipped,
         "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
         "wall_s": round(time.perf_counter() - t_start, 1),
     }
