@@ -99,4 +99,14 @@ check "triton without a GPU says so (or runs on the GPU)" has "$out" 'needs a GP
 out=$("$BIN" run add --shapes small --interpret 2>&1)
 check "the cpu target has no --interpret" has "$out" 'the cpu target has no interpreter'
 
+# The performance model: any shape without making inputs, on a TPU it has never seen.
+m=$("$BIN" model attention --target pallas --chip v7x --shape 8,32,32768,256 --dtype bfloat16 --strategy emit_pipeline --candidates 20 --json)
+check "model predicts a streamed attention at S=32768 on v7x" bash -c "grep -q '\"fits\":true' <<<'$m' && grep -q '\"predicted_ms\"' <<<'$m' && grep -q '\"bound\"' <<<'$m'"
+m=$("$BIN" model attention --target pallas --chip v7x --shape 8,32,32768,256 --dtype bfloat16 \
+    --config '{"inner_kv":"resident","buffers_kv":2,"block_q":512,"block_kv":512}' --json)
+check "model: double-buffered resident K and V do not fit v7x at S=32768, with the arithmetic" \
+  bash -c "grep -q '\"fits\":false' <<<'$m' && grep -q 'operand buffers' <<<'$m'"
+out=$("$BIN" emit attention --target pallas --chip v7x --shape 8,32,32768,256 --dtype bfloat16 --explain-vmem 2>&1)
+check "emit at a shape of 12 GiB of inputs makes none, and explains VMEM" has "$out" 'pruned  inner_kv="resident" buffers_kv=2'
+
 checks_done

@@ -13,6 +13,7 @@
 #include "backends/harness.h"
 #include "config/config.h"
 #include "deuteron/tensor.h"
+#include "model/model.h"
 #include "plan/plan.h"
 
 namespace deuteron::backends {
@@ -84,6 +85,12 @@ class Backend {
   virtual std::unique_ptr<Executable> compile(const plan::Plan& p) const = 0;
   // How the autotuner times this target's candidates; nullptr: it cannot (defaults are used).
   virtual std::unique_ptr<Harness> harness() const { return nullptr; }
+  // The hardware the performance model (model/model.h) runs a plan of this target on; nullopt:
+  // this target has no description for it.
+  virtual std::optional<model::Hardware> model_hardware(const plan::Plan& p) const {
+    (void)p;
+    return std::nullopt;
+  }
   // Measured once per machine and cached (remeasure: now); nullopt: this target has none.
   virtual std::optional<Roofline> roofline(bool remeasure) const {
     (void)remeasure;

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "catalogue.h"
+#include "frontend/tracer.h"
 
 namespace deuteron::cli {
 
@@ -20,6 +21,19 @@ std::vector<int64_t> parse_shape(const std::string& text);
 std::vector<int64_t> pick_shape(const examples::Entry& e, const std::optional<std::string>& shape,
                                 const std::string& shapes, const std::string& target);
 
+// The dtype named `name`, if kernel `e` runs in it (ArgumentError listing its dtypes otherwise).
+DType pick_dtype(const examples::Entry& e, const std::string& name);
+
+// --chip: the hardware generation `target` plans for, set through the target's own variable
+// (ArgumentError for an unknown chip, or a target without chips).
+void select_chip(const std::string& target, const std::string& chip);
+
+// The argument specs (shapes, dtypes, strides) of kernel `e` at `shape` without making its
+// inputs: each tensor dim is matched to the shape parameter it follows, found from the inputs
+// at two small probe shapes. Emitting or modelling a kernel at a shape that does not fit in
+// memory needs no memory. ArgumentError for a dim that follows no single parameter.
+std::vector<frontend::ArgSpec> arg_specs(const examples::Entry& e, const std::vector<int64_t>& shape, DType dt);
+
 // Checks that an option's number is finite and in [lo, hi] (CLI11's Range lets NaN through).
 CLI::Validator finite_range(double lo, double hi);
 
@@ -27,5 +41,7 @@ CLI::Validator finite_range(double lo, double hi);
 void add_core_commands(CLI::App& app);
 // tune, cache (tune_commands.cpp, the autotuner's CLI).
 void add_tune_commands(CLI::App& app);
+// model (model_command.cpp: the performance model's predictions).
+void add_model_commands(CLI::App& app);
 
 }  // namespace deuteron::cli

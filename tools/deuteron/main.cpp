@@ -39,8 +39,6 @@ std::vector<int64_t> pick_shape(const examples::Entry& e, const std::optional<st
   throw ArgumentError(fmt::format("--shapes must be small or bench, not '{}'", shapes));
 }
 
-namespace {
-
 DType pick_dtype(const examples::Entry& e, const std::string& name) {
   DType dt = parse_dtype(name);
   if (std::find(e.dtypes.begin(), e.dtypes.end(), dt) == e.dtypes.end()) {
@@ -51,6 +49,49 @@ DType pick_dtype(const examples::Entry& e, const std::string& name) {
   }
   return dt;
 }
+
+// --chip: the hardware generation the target plans for, through its own variable.
+void select_chip(const std::string& target, const std::string& chip) {
+  if (chip.empty()) return;
+  const backends::Backend& b = backends::get(target);
+  std::vector<std::string> chips = b.chips();
+  if (chips.empty())
+    throw ArgumentError(fmt::format("the {} target takes no --chip: it plans for the machine it runs on", target));
+  if (std::find(chips.begin(), chips.end(), chip) == chips.end())
+    throw ArgumentError(fmt::format("the {} target knows no chip '{}'", target, chip), "",
+                        fmt::format("choose one of {}", fmt::join(chips, ", ")));
+  setenv(b.chip_variable().c_str(), chip.c_str(), 1);
+}
+
+std::vector<frontend::ArgSpec> arg_specs(const examples::Entry& e, const std::vector<int64_t>& shape, DType dt) {
+  // Two probes: the small shape, and each size of it grown by a different amount. A tensor dim
+  // that follows shape parameter i is small[i] in the first and grown[i] in the second.
+  std::vector<int64_t> small = e.small_shape, grown = e.small_shape;
+  for (size_t i = 0; i < grown.size(); ++i) grown[i] += int64_t(i) + 1;
+  std::vector<Arg> a = e.inputs(small, dt, 1), b = e.inputs(grown, dt, 1);
+  std::vector<frontend::ArgSpec> specs = frontend::describe_args(*e.kernel, a);
+  std::vector<frontend::ArgSpec> probe = frontend::describe_args(*e.kernel, b);
+  for (size_t arg = 0; arg < specs.size(); ++arg) {
+    frontend::ArgSpec& s = specs[arg];
+    if (!s.is_tensor) continue;
+    for (size_t d = 0; d < s.shape.size(); ++d) {
+      if (s.shape[d] == probe[arg].shape[d]) continue;  // a fixed size
+      std::vector<size_t> follows;
+      for (size_t i = 0; i < small.size(); ++i)
+        if (small[i] == s.shape[d] && grown[i] == probe[arg].shape[d]) follows.push_back(i);
+      if (follows.size() != 1)
+        throw ArgumentError(fmt::format("kernel '{}': dim {} of argument {} follows no single shape parameter ({}), "
+                                        "so its size at [{}] cannot be derived without making the inputs",
+                                        e.name, d, arg, fmt::join(e.shape_names, ", "), fmt::join(shape, ", ")));
+      s.shape[d] = shape[follows[0]];
+    }
+    s.strides.assign(s.shape.size(), 1);  // contiguous, as the entries make them
+    for (size_t d = s.shape.size(); d-- > 1;) s.strides[d - 1] = s.strides[d] * s.shape[d];
+  }
+  return specs;
+}
+
+namespace {
 
 std::optional<config::Config> pick_config(const std::string& text) {
   if (text.empty()) return std::nullopt;
@@ -71,19 +112,6 @@ struct RunOptions {
   bool interpret = false;
 };
 
-// --chip: the hardware generation the target plans for, through its own variable.
-void select_chip(const RunOptions& o) {
-  if (o.chip.empty()) return;
-  const backends::Backend& b = backends::get(o.target);
-  std::vector<std::string> chips = b.chips();
-  if (chips.empty())
-    throw ArgumentError(fmt::format("the {} target takes no --chip: it plans for the machine it runs on", o.target));
-  if (std::find(chips.begin(), chips.end(), o.chip) == chips.end())
-    throw ArgumentError(fmt::format("the {} target knows no chip '{}'", o.target, o.chip), "",
-                        fmt::format("choose one of {}", fmt::join(chips, ", ")));
-  setenv(b.chip_variable().c_str(), o.chip.c_str(), 1);
-}
-
 // --interpret: the target's simulator on this CPU, through its own variable.
 void select_interpret(const RunOptions& o) {
   if (!o.interpret) return;
@@ -94,7 +122,7 @@ void select_interpret(const RunOptions& o) {
 }
 
 int cmd_run(const RunOptions& o) {
-  select_chip(o);
+  select_chip(o.target, o.chip);
   select_interpret(o);
   const examples::Entry& e = examples::find(o.kernel);
   std::vector<int64_t> shape = pick_shape(e, o.shape, o.shapes, o.target);
@@ -203,13 +231,12 @@ std::string explain_fast_memory(const driver::Specialized& s, const config::Conf
 }
 
 int cmd_emit(const RunOptions& o, bool ir, bool plan) {
-  select_chip(o);
+  select_chip(o.target, o.chip);
   select_interpret(o);
   const examples::Entry& e = examples::find(o.kernel);
   std::vector<int64_t> shape = pick_shape(e, o.shape, o.shapes, o.target);
   DType dt = pick_dtype(e, o.dtype);
-  auto args = e.inputs(shape, dt, 1);
-  auto s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), o.target);
+  auto s = driver::specialize(*e.kernel, arg_specs(e, shape, dt), o.target);  // no inputs are made
   std::string kind = ir ? "ir" : plan ? "plan" : "source", text, origin = "default";
   config::Config c;
   if (ir) {
@@ -383,6 +410,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   deuteron::cli::add_core_commands(app);
   deuteron::cli::add_tune_commands(app);
+  deuteron::cli::add_model_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -98,6 +98,23 @@ std::optional<backends::Roofline> CpuBackend::roofline(bool remeasure) const {
   return out;
 }
 
+std::optional<model::Hardware> CpuBackend::model_hardware(const plan::Plan& p) const {
+  const CpuInfo& info = cpu_info();
+  Roofline r = cpu::roofline(false);
+  model::Hardware hw;
+  hw.name = fmt::format("{} ({} of {} cores)", info.model_name, cpu::refine(p).threads, info.cores);
+  hw.cores = std::max(cpu::refine(p).threads, 1);
+  hw.matrix_flops = r.peak_gflops_1core * 1e9;
+  // An elementwise operation is one vector lane op, where an FMA counts two flops; vector
+  // transcendentals (deuteron_cpu.h) cost about a dozen operations each.
+  hw.vector_flops = hw.matrix_flops / 2;
+  hw.transcendental_rate = hw.vector_flops / 12;
+  hw.memory_bytes_per_s = r.copy_gbps * 1e9;
+  hw.step_seconds = 0.2e-6;  // a loop iteration of the grid with its bounds and pointers (not measured)
+  hw.overlaps_copies = true;  // hardware prefetch streams the next lines while this block computes
+  return hw;
+}
+
 void CpuBackend::refine(plan::Plan& p, const config::TargetLimits& limits) const {
   CpuPlan c = cpu::refine(p, limits);
   p.fast_memory_bytes = c.fast_memory_bytes;

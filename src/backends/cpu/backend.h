@@ -21,6 +21,8 @@ class CpuBackend : public backends::Backend {
   std::unique_ptr<backends::Harness> harness() const override;
   // FMA peak and copy bandwidth (hardware.h: roofline).
   std::optional<backends::Roofline> roofline(bool remeasure) const override;
+  // From the measured roofline (FMA peak, copy bandwidth), on the plan's threads.
+  std::optional<model::Hardware> model_hardware(const plan::Plan& p) const override;
 };
 
 // The registry's entry for this target (backends/registry.h).

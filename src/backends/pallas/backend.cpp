@@ -176,6 +176,25 @@ config::Config PallasBackend::adjust_default(const config::ConfigSpace& space, c
 
 void PallasBackend::check_expressible(const plan::Plan& p) const { pallas::check_expressible(p, generation()); }
 
+std::optional<model::Hardware> PallasBackend::model_hardware(const plan::Plan& p) const {
+  const TpuGeneration& g = generation();
+  bool bf16 = std::all_of(p.kernel.tensors.begin(), p.kernel.tensors.end(),
+                          [](const ir::HostTensor& t) { return t.dtype != DType::f32; });
+  int cores = std::max(g.cores_per_device, 1);
+  model::Hardware hw;
+  hw.name = fmt::format("TPU {} ({} TensorCore{} per device)", g.name, cores, cores == 1 ? "" : "s");
+  hw.cores = cores;
+  // The MXU's bf16 rate; f32 products take several bf16 passes (3 assumed, as XLA's default
+  // f32 matmul precision does on TPUs: not a published figure).
+  hw.matrix_flops = g.bf16_flops / cores / (bf16 ? 1.0 : 3.0);
+  hw.vector_flops = g.vpu_f32_flops / cores;
+  hw.transcendental_rate = hw.vector_flops / 4;  // the EUP's rate is unpublished: an assumption
+  hw.memory_bytes_per_s = g.hbm_bytes_per_s;
+  hw.step_seconds = g.seconds_per_grid_step > 0 ? g.seconds_per_grid_step : 0.35e-6;  // docs/TPU.md (v5e)
+  hw.overlaps_copies = true;  // the grid pipeline double-buffers every blocked operand
+  return hw;
+}
+
 std::string PallasBackend::describe(const plan::Plan& p) const { return pallas::describe(p, generation()); }
 
 std::string PallasBackend::emit(const plan::Plan& p) const { return generate(p, generation()); }

@@ -37,6 +37,8 @@ class PallasBackend : public backends::Backend {
   // The constructs the generator cannot lower yet (inner tile loops, hl::dot, gathers, ...).
   void check_expressible(const plan::Plan& p) const override;
   std::string describe(const plan::Plan& p) const override;
+  // From the TPU table (hardware.cpp): MXU, VPU, HBM and the cost of a grid step.
+  std::optional<model::Hardware> model_hardware(const plan::Plan& p) const override;
   // Whether JAX sees no TPU (or there is no Python environment to ask).
   bool simulated() const override;
   std::string device_note() const override;
