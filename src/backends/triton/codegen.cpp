@@ -10,6 +10,7 @@
 
 #include "backends/python/source.h"
 #include "deuteron/error.h"
+#include "plan/reduce_loops.h"
 #include "runtime/text.h"
 
 namespace deuteron::triton {
@@ -86,9 +87,12 @@ struct AxisInfo {
   bool masked = false;   // some block holds elements past the end (ragged or padded)
   bool grid = false;
   bool scalar = false;   // hl::grid: one element per program, no block dim
+  bool looped = false;   // a reduced dim split into blocks: loops over them (ReduceLoop)
   int loop = -1;         // the tile loop, or -1 for whole and fixed dims
   ir::ValueId end = -1;  // an end computed on the device (an inner loop's bound)
 };
+
+using plan::ReduceLoop;
 
 class Analysis {
  public:
@@ -125,6 +129,10 @@ class Analysis {
           unsupported("tile blocks that are not a power of two",
                       fmt::format("pins {} = {} (tl.arange needs a power of two)", bp.name, bp.fixed),
                       format_location(k.loc), "pin a power of two, or leave the block size to the config");
+      } else if (ax.kind == ir::AxisKind::Reduction && !p.persistent[a]) {
+        in.looped = true;  // (plan::looped)
+        in.block = p.block[a];
+        in.masked = ax.extent % in.block != 0;
       } else {
         // A whole (persistent) or fixed dim: one block, padded to a power of two and masked.
         in.block = next_pow2(std::max<int64_t>(ax.extent, 1));
@@ -141,7 +149,7 @@ class Analysis {
                       "multiplies along a dim of one element (tl.dot needs blocks of at least 16 x 16)",
                       format_location(op.loc), "give the product's dims a block, or run this kernel on the cpu target");
         AxisInfo& in = axes[size_t(d)];
-        if (in.loop < 0 && in.block < kMinDotBlock) {
+        if (in.loop < 0 && !in.looped && in.block < kMinDotBlock) {
           in.block = kMinDotBlock;
           in.masked = true;
         }
@@ -155,11 +163,20 @@ class Analysis {
                       fmt::format("writes {} at indices it reads from a tensor", k.tensors[size_t(op.tensor)].name),
                       format_location(op.loc));
     }
+    plan::ReduceLoops r = plan::find_reduce_loops(p);
+    if (r.problem) throw ConfigError("triton: " + r.problem->message(), r.problem->where(), r.problem->hint());
+    reduce_loops = std::move(r.loops);
+    reduce_loop_of_op = std::move(r.of_op);
   }
 
   const plan::Plan& p;
   const ir::Kernel& k;
   std::vector<AxisInfo> axes;
+  std::vector<ReduceLoop> reduce_loops;
+  std::map<int, int> reduce_loop_of_op;  // op -> its entry of reduce_loops
+
+  bool looped(int axis) const { return plan::looped(p, axis); }
+  int looped_dim(ir::ValueId v) const { return plan::looped_dim(p, v); }
 
   // The M, N and K dims of a product: a [..., M, K] @ b [..., K, N].
   std::vector<int> dot_dims(const ir::Op& op) const {
@@ -252,12 +269,15 @@ class Generator {
   std::map<ir::ValueId, std::string> names_;
   // Per open loop body: the offsets and masks already defined there (axis -> dims -> name).
   std::vector<std::set<std::string>> scopes_;
+  std::set<ir::ValueId> emitted_;  // values complete in the grid loop's body (not per block)
+  Lines* before_reduce_loop_ = nullptr;  // while writing a reduction loop: the lines before it
 
   std::string axis_name(int a) const { return py_name(k_.axes[size_t(a)].name); }
   std::string axis_const(int a) const { return "BLOCK_" + upper(axis_name(a)); }
   std::string ptr(int tensor) const { return py_name(k_.tensors[size_t(tensor)].name) + "_ptr"; }
   std::string kernel_name() const { return py_name(k_.name) + "_kernel"; }
   std::string loop_index(int loop) const { return "i_" + axis_name(k_.loops[size_t(loop)].axes.front()); }
+  std::string looped_index(int axis) const { return "i_" + axis_name(axis); }
 
   // A value's Python name: the user's name where the tracer knew it and it is free, else v<id>.
   std::string name(ir::ValueId v) {
@@ -280,17 +300,20 @@ class Generator {
   }
   std::string where(const ir::Op& op) const { return shown(format_location(op.loc)); }
 
-  // Defines `name = text` once per open loop body (and the bodies inside it).
-  void define(const std::string& name, const std::string& text, Lines& lines) {
+  // Defines `name = text` (the offsets or mask of axis `a`) once per open loop body (and the
+  // bodies inside it); inside a reduction loop, before that loop unless `a` is its axis.
+  void define(const std::string& name, const std::string& text, int a, Lines& lines) {
     for (const auto& s : scopes_)
       if (s.count(name)) return;
-    lines.push_back(fmt::format("{} = {}", name, text));
-    scopes_.back().insert(name);
+    bool hoist = before_reduce_loop_ && !an_.axes[size_t(a)].looped;
+    (hoist ? *before_reduce_loop_ : lines).push_back(fmt::format("{} = {}", name, text));
+    scopes_[scopes_.size() - (hoist ? 2 : 1)].insert(name);
   }
 
   // The first element of the current block along tiled axis a: "pid_m * BLOCK_M" (+ begin).
   std::string block_start(int a) const {
     const AxisInfo& in = an_.axes[size_t(a)];
+    if (in.looped) return fmt::format("{} * {}", looped_index(a), axis_const(a));
     if (in.loop < 0) return "0";
     std::string index = in.grid ? "pid_" + axis_name(a) : loop_index(in.loop);
     std::string s = in.block == 1 ? index : fmt::format("{} * {}", index, axis_const(a));
@@ -307,7 +330,7 @@ class Generator {
     std::string n = "offs_" + axis_name(a);
     if (in.scalar) return block_start(a);
     std::string range = fmt::format("tl.arange(0, {})", axis_const(a));
-    define(n, in.loop < 0 ? range : fmt::format("{} + {}", block_start(a), range), lines);
+    define(n, in.loop < 0 && !in.looped ? range : fmt::format("{} + {}", block_start(a), range), a, lines);
     return n;
   }
   // mask_<axis>: which of them are in range; empty when all are.
@@ -316,7 +339,7 @@ class Generator {
     if (!in.masked || in.scalar) return "";
     std::string offs = offsets(a, lines);
     std::string n = "mask_" + axis_name(a);
-    define(n, fmt::format("{} < {}", offs, axis_end(a)), lines);
+    define(n, fmt::format("{} < {}", offs, axis_end(a)), a, lines);
     return n;
   }
 
@@ -394,8 +417,49 @@ class Generator {
         inner_loop(s.id, lines);
         continue;
       }
-      statement(k_.ops[size_t(s.id)], lines);
+      if (auto it = an_.reduce_loop_of_op.find(s.id); it != an_.reduce_loop_of_op.end()) {
+        const ReduceLoop& rl = an_.reduce_loops[size_t(it->second)];
+        if (rl.ops.front() == s.id) reduce_loop(rl, lines);
+        continue;
+      }
+      const ir::Op& op = k_.ops[size_t(s.id)];
+      // Values over a looped axis exist one block at a time, inside the loops that use them.
+      if (op.result >= 0 && (emitted_.count(op.result) || an_.looped_dim(op.result) >= 0)) continue;
+      statement(op, lines);
+      if (op.result >= 0) emitted_.insert(op.result);
     }
+  }
+
+  // A group over a looped reduction axis: a loop over the axis' blocks. Values over the axis
+  // are computed block by block inside it (in each loop that uses them: the plan recomputes
+  // them), the others before it; a reduction over the axis starts at its identity and takes in
+  // each block.
+  void reduce_loop(const ReduceLoop& rl, Lines& lines) {
+    const ir::Axis& ax = k_.axes[size_t(rl.axis)];
+    Lines before, inside;
+    scopes_.emplace_back();
+    before_reduce_loop_ = &before;
+    std::vector<std::string> does = plan::walk_reduce_loop(
+        p_, rl, true, emitted_,
+        [&](const ir::Op& op) {
+          const ir::Value& r = k_.value(op.result);
+          before.push_back(fmt::format("{} = tl.full({}, {}, {})  # {} over {}: its identity, then each block",
+                                       name(op.result), r.dims.empty() ? "()" : py_tuple(shape_of(r.dims)),
+                                       identity(op.reduce, r.dtype), tl_type(kernel_type(r.dtype)),
+                                       ir::name(op.reduce), ax.name));
+        },
+        [&](const ir::Op& op, bool in_loop) { statement(op, in_loop ? inside : before); });
+    before_reduce_loop_ = nullptr;
+    scopes_.pop_back();
+    int64_t blocks = rl.blocks;
+    if (!lines.empty() && !lines.back().empty()) lines.push_back("");
+    lines.push_back(fmt::format("# {} over {} block by block ({} block{} of {}{})", fmt::join(does, ", "), ax.name, blocks,
+                                blocks == 1 ? "" : "s", axis_const(rl.axis),
+                                an_.axes[size_t(rl.axis)].masked ? ", the last one partial" : ""));
+    lines.insert(lines.end(), before.begin(), before.end());
+    lines.push_back(fmt::format("for {} in tl.range(0, {}):", looped_index(rl.axis), blocks));
+    for (const std::string& l : inside) lines.push_back("    " + l);
+    lines.push_back("");
   }
 
   void inner_loop(int id, Lines& lines) {
@@ -509,6 +573,14 @@ class Generator {
       case ir::ReduceFn::Min: return "tl.min";
     }
     return "tl.sum";
+  }
+  static std::string combine(ir::ReduceFn f, const std::string& acc, const std::string& x) {
+    switch (f) {
+      case ir::ReduceFn::Sum: return fmt::format("{} + {}", acc, x);
+      case ir::ReduceFn::Max: return fmt::format("tl.maximum({}, {})", acc, x);
+      case ir::ReduceFn::Min: return fmt::format("tl.minimum({}, {})", acc, x);
+    }
+    return x;
   }
   static std::string identity(ir::ReduceFn f, DType t) {
     DType kt = kernel_type(t);
@@ -732,6 +804,7 @@ class Generator {
             x = fmt::format("tl.where({}, {}, {})", align(m, {axis}, in_dims(0), false, op), x, identity(op.reduce, r.dtype));
         }
         e = fmt::format("{}({}, axis={}{})", reduce_fn(op.reduce), x, op.dim, op.keepdim ? ", keep_dims=True" : "");
+        if (an_.looped(axis)) e = combine(op.reduce, name(op.result), e);  // this block into the running result
         what = fmt::format("{} over {}", ir::name(op.reduce), ir::dim_name(k_, axis));
         break;
       }
@@ -786,9 +859,10 @@ class Generator {
       std::string what;
       if (in.scalar) {
         what = fmt::format("grid index {}: one element per program", ax.name);
-      } else if (in.loop >= 0) {
+      } else if (in.loop >= 0 || in.looped) {
         int64_t blocks = an_.blocks(int(a));
-        what = fmt::format("{} dim {}: {} elements in {} block{}{}", in.grid ? "tiled" : "inner-loop", ax.name,
+        what = fmt::format("{} dim {}: {} elements in {} block{}{}",
+                           in.looped ? "looped reduction" : in.grid ? "tiled" : "inner-loop", ax.name,
                            ax.extent - in.begin, blocks, blocks == 1 ? "" : "s",
                            in.end >= 0 ? ", up to a bound computed on the device" : in.masked ? ", the last one partial" : "");
       } else {
@@ -940,19 +1014,10 @@ Footprint check(const plan::Plan& p, const Gpu& g) {
   auto fail = [&](const std::string& rule, const std::string& hint) {
     throw ConfigError("triton: " + rule, format_location(k.loc), hint);
   };
-  for (size_t a = 0; a < k.axes.size(); ++a) {
-    const ir::Axis& ax = k.axes[a];
-    if (ax.kind == ir::AxisKind::Reduction && !p.persistent[a]) {
-      const ir::BlockParam& bp = k.block_params[size_t(ax.block_param)];
-      fail(fmt::format("{} = {} reduces over dim {} (extent {}) in a loop of blocks; the triton target keeps a "
-                       "reduced dim whole in one block (persistent)",
-                       bp.name, p.block[a], ax.name, ax.extent),
-           fmt::format("set {} to {} (persistent)", bp.name, bp.max));
-    }
-    if (an.tunable(int(a)) && !pow2(an.axes[a].block))
+  for (size_t a = 0; a < k.axes.size(); ++a)
+    if ((an.tunable(int(a)) || an.axes[a].looped) && !pow2(an.axes[a].block))
       fail(fmt::format("{} = {} is not a power of two, which tl.arange needs", an.block_param(int(a)), an.axes[a].block),
            fmt::format("choose a power of two for {}", an.block_param(int(a))));
-  }
   for (const ir::Op& op : k.ops) {
     if (op.kind == OpKind::Dot && op.result >= 0) {
       for (int d : an.dot_dims(op))
