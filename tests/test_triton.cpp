@@ -13,6 +13,7 @@
 #include "autotune/autotune.h"
 #include "backends/registry.h"
 #include "backends/triton/backend.h"
+#include "backends/triton/codegen.h"
 #include "catalogue.h"
 #include "catalogue_case.h"
 #include "config_fit.h"
@@ -288,6 +289,22 @@ TEST_F(TritonRules, DefaultsAreLegal) {
   for (const examples::Entry& e : examples::catalogue()) {
     driver::Specialized s = specialize(*e.kernel, e.inputs(e.small_shape, DType::f32, 5));
     EXPECT_NO_THROW(driver::lower(s, s.space.default_config())) << e.name << " " << s.space.default_config().dump();
+  }
+}
+
+// Inner loops read in place whatever a placement key says, so the space has none: the tuner
+// would spend tries on configs that give the same module.
+TEST(TritonSpace, HasNoInnerLoopPlacementKeys) {
+  for (const char* kernel : {"matmul", "attention", "softmax_two_pass"}) {
+    const examples::Entry& e = examples::find(kernel);
+    driver::Specialized s = specialize(*e.kernel, e.inputs(e.small_shape, DType::f32, 5));
+    EXPECT_TRUE(s.space.find(triton::keys::kNumStages)) << kernel << " has inner loops";
+    for (const config::Tunable& t : s.space.tunables()) {
+      EXPECT_FALSE(t.name.starts_with("inner_")) << kernel << ": " << t.name;
+      EXPECT_FALSE(t.name.starts_with("buffers_")) << kernel << ": " << t.name;
+    }
+    EXPECT_FALSE(s.space.default_config().has("inner_k") || s.space.default_config().has("inner_kv")) << kernel;
+    EXPECT_NO_THROW(driver::lower(s, s.space.default_config())) << kernel;
   }
 }
 

@@ -27,7 +27,9 @@ class TritonBackend : public backends::Backend {
   // The GPU's SMs and shared memory per block (hardware.h: $DEUTERON_GPU, else h100).
   config::TargetLimits limits() const override;
   // num_warps, num_stages (kernels with inner loops), grid_group and dot_precision (kernels
-  // with products); reductions default to persistent, product dims to tl.dot's minimum.
+  // with products); reductions default to persistent, product dims to tl.dot's minimum. The
+  // inner-loop placement keys (inner_<axis>, buffers_<axis>, inner_<axis>_<tensor>) are
+  // removed: the module does not depend on them.
   void extend_space(const ir::Kernel& k, const config::TargetLimits& limits,
                     config::ConfigSpace& space) const override;
   config::Config adjust_default(const config::ConfigSpace& space, const config::Config& c,
