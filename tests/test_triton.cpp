@@ -136,7 +136,7 @@ INSTANTIATE_TEST_SUITE_P(Catalogue, TritonRun, testing::ValuesIn(run_cases()), r
 // A reduction whose block (reduce_<axis>) does not cover its dim: loops over the dim's blocks,
 // accumulating, and recomputes what uses the reduced values block by block in later loops.
 // (TritonRun covers each kernel's persistent reduction.)
-struct LoopedCase {
+struct ShapedCase {
   std::string name;
   std::string kernel;
   std::vector<int64_t> shape;
@@ -144,9 +144,9 @@ struct LoopedCase {
   std::map<std::string, int64_t> blocks;
   std::vector<std::string> shows;  // text the module must hold
 };
-void PrintTo(const LoopedCase& c, std::ostream* os) { *os << c.name; }
+void PrintTo(const ShapedCase& c, std::ostream* os) { *os << c.name; }
 
-std::vector<LoopedCase> looped_cases() {
+std::vector<ShapedCase> looped_cases() {
   const std::string eight = "for i_r0 in tl.range(0, 8):";  // 1000 columns in blocks of 128, the last of 104
   return {
       {"softmax_f32", "softmax", {13, 1000}, DType::f32, {{"block_rows", 8}, {"reduce_r0", 128}},
@@ -176,22 +176,32 @@ std::vector<LoopedCase> looped_cases() {
   };
 }
 
-using TritonLooped = Interpreted<LoopedCase>;
+// The module a run compiled, checked to hold each of `shows`.
+std::optional<std::string> module_showing(const api::RunResult& r, const std::vector<std::string>& shows) {
+  std::optional<std::string> module = r.exe ? read_file(r.exe->source_path) : std::nullopt;
+  for (const std::string& part : shows) EXPECT_TRUE(module && contains(*module, part)) << part << "\n" << module.value_or("");
+  return module;
+}
 
-TEST_P(TritonLooped, MatchesReference) {
-  const LoopedCase& c = GetParam();
+// A case's kernel, inputs, specialization and config (its blocks fitted to the space).
+class TritonShaped : public Interpreted<ShapedCase> {
+ protected:
+  const ShapedCase& c = GetParam();
   const examples::Entry& e = examples::find(c.kernel);
   std::vector<Arg> args = e.inputs(c.shape, c.dtype, 11);
   driver::Specialized s = specialize(*e.kernel, args);
   config::Config cfg = testing_support::fit(s, c.blocks);
+};
+
+class TritonLooped : public TritonShaped {};
+
+TEST_P(TritonLooped, MatchesReference) {
   plan::Plan p = driver::lower(s, cfg);
   ASSERT_TRUE(std::any_of(p.reductions.begin(), p.reductions.end(), [](const plan::Reduction& r) { return !r.persistent; }))
       << cfg.dump() << " keeps every reduction persistent";
   api::RunResult r = run_checked(e, args, cfg);
-  ASSERT_TRUE(r.exe);
-  std::optional<std::string> module = read_file(r.exe->source_path);
+  std::optional<std::string> module = module_showing(r, c.shows);
   ASSERT_TRUE(module.has_value());
-  for (const std::string& part : c.shows) EXPECT_TRUE(contains(*module, part)) << part << "\n" << *module;
   // The rows' offsets do not change from block to block of r0: defined once, before the loops.
   size_t first = module->find("offs_rows = ");
   EXPECT_NE(first, std::string::npos) << *module;
@@ -200,7 +210,41 @@ TEST_P(TritonLooped, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(LoopedReductions, TritonLooped, testing::ValuesIn(looped_cases()),
-                         [](const testing::TestParamInfo<LoopedCase>& i) { return i.param.name; });
+                         [](const testing::TestParamInfo<ShapedCase>& i) { return i.param.name; });
+
+// ---- tensor descriptors ----------------------------------------------------------------------
+
+// pointers = descriptor: accesses through tl.make_tensor_descriptor (Triton 3.9 removed block
+// pointers: tl.make_block_ptr raises NotImplementedError, on the GPU and in the interpreter),
+// made before the inner loops that use them. Rows of 16-byte multiples (what TMA takes), ragged
+// blocks (the descriptor pads loads with zeros and clips stores).
+std::vector<ShapedCase> descriptor_cases() {
+  const std::string made = "= tl.make_tensor_descriptor(";
+  return {
+      {"matmul", "matmul", {70, 48, 40}, DType::f32, {{"block_m", 32}, {"block_n", 32}, {"block_k", 32}},
+       {made, "x_desc.load([pid_m * BLOCK_M, i_k * BLOCK_K])", "out0_desc.store(", "triton.set_allocator("}},
+      {"softmax", "softmax", {13, 100}, DType::f32, {{"block_rows", 8}}, {made, "x_desc.load([pid_rows * BLOCK_ROWS, 0])"}},
+      {"softmax_looped", "softmax", {13, 1000}, DType::f32, {{"block_rows", 8}, {"reduce_r0", 128}},
+       {"x_desc.load([pid_rows * BLOCK_ROWS, i_r0 * BLOCK_R0])"}},
+      {"attention", "attention", {1, 2, 37, 16}, DType::f32, {{"block_batch", 1}, {"block_head", 1}, {"block_q", 16}, {"block_kv", 16}},
+       {"k_desc.load([pid_batch, pid_head, i_kv * BLOCK_KV, 0])", "out0_desc.store("}},
+  };
+}
+
+class TritonDescriptors : public TritonShaped {};
+
+TEST_P(TritonDescriptors, MatchesReference) {
+  cfg.set(triton::keys::kPointers, "descriptor");
+  api::RunResult r = run_checked(e, args, cfg);
+  std::optional<std::string> module = module_showing(r, c.shows);
+  ASSERT_TRUE(module.has_value());
+  EXPECT_FALSE(contains(*module, "tl.load(")) << "every access takes a descriptor\n" << *module;
+  cfg.set(triton::keys::kPointers, "plain");
+  EXPECT_FALSE(contains(s.backend->emit(driver::lower(s, cfg)), "descriptor")) << "plain pointers by default";
+}
+
+INSTANTIATE_TEST_SUITE_P(Pointers, TritonDescriptors, testing::ValuesIn(descriptor_cases()),
+                         [](const testing::TestParamInfo<ShapedCase>& i) { return i.param.name; });
 
 // ---- what the module says ---------------------------------------------------------------------
 
@@ -227,6 +271,17 @@ TEST_F(TritonEmit, NamesItsConfigAndSourceLinesAndIsStable) {
   EXPECT_TRUE(contains(m, "input_precision=\"ieee\"")) << m;
   EXPECT_TRUE(contains(m, "mask=")) << "130 rows in blocks of 32: the last one is masked\n" << m;
   EXPECT_FALSE(contains(m, "in_group")) << "flat order by default\n" << m;
+}
+
+// Rows that are not a multiple of 16 bytes (x: 67 floats) cannot take a descriptor: those
+// accesses keep plain pointers, the others (y, out0: 100 floats) take one.
+TEST_F(TritonEmit, UnalignedRowsKeepPlainPointers) {
+  std::string m = emit("matmul", {{triton::keys::kPointers, "descriptor"}});
+  EXPECT_TRUE(contains(m, "tl.load(x_ptr + ")) << m;
+  EXPECT_FALSE(contains(m, "x_desc")) << m;
+  EXPECT_TRUE(contains(m, "y_desc = tl.make_tensor_descriptor(y_ptr, shape=[67, 100], strides=[100, 1], "
+                          "block_shape=[BLOCK_K, BLOCK_N])")) << m;
+  EXPECT_TRUE(contains(m, "out0_desc.store(")) << m;
 }
 
 TEST_F(TritonEmit, GroupedOrderingIsAConfigChoice) {

@@ -106,6 +106,9 @@ void TritonBackend::extend_space(const ir::Kernel& k, const config::TargetLimits
       }
   for (const config::OperandTunable& o : config::operand_tunables(k)) space.remove(o.name);
   add(keys::kNumWarps, config::Tunable::Kind::Count, {1, 2, 4, 8, 16}, 4, "warps per program (32 threads each)");
+  add(keys::kPointers, config::Tunable::Kind::Choice, {"plain", "descriptor"}, "plain",
+      "tensor accesses: pointer blocks with masks (plain), or tensor descriptors (tl.make_tensor_descriptor: "
+      "TMA on GPUs that have it) where an access allows one");
   if (loops)
     add(keys::kNumStages, config::Tunable::Kind::Count, {1, 2, 3, 4}, 2,
         "stages of software pipelining of inner loops (tl.range): their loads run this far ahead");

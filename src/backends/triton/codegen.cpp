@@ -32,6 +32,7 @@ std::string shown(const std::string& s) { return runtime::escaped(s); }
 using python::upper;
 
 std::string py_tuple(const std::vector<std::string>& v) { return python::tuple(v); }
+std::string py_list(const std::vector<std::string>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
 
 std::string py_float(double x) { return python::float_literal(x, "float(\"inf\")", "float(\"nan\")"); }
 
@@ -270,7 +271,9 @@ class Generator {
   // Per open loop body: the offsets and masks already defined there (axis -> dims -> name).
   std::vector<std::set<std::string>> scopes_;
   std::set<ir::ValueId> emitted_;  // values complete in the grid loop's body (not per block)
-  Lines* before_reduce_loop_ = nullptr;  // while writing a reduction loop: the lines before it
+  Lines* before_reduce_loop_ = nullptr;
+  bool uses_descriptors_ = false;
+  std::map<int, std::string> hoisted_;  // access op -> the descriptor made before its inner loop  // while writing a reduction loop: the lines before it
 
   std::string axis_name(int a) const { return py_name(k_.axes[size_t(a)].name); }
   std::string axis_const(int a) const { return "BLOCK_" + upper(axis_name(a)); }
@@ -482,6 +485,16 @@ class Generator {
       std::string end = names_.at(in.end);
       trips = fmt::format("tl.cdiv({}, {})", in.begin ? fmt::format("{} - {}", end, in.begin) : end, axis_const(a));
     }
+    // The descriptors of the loop's accesses are made once, before it.
+    for (const ir::Stmt& s : loop.body)
+      if (s.kind == ir::Stmt::Kind::Op) {
+        const ir::Op& op = k_.ops[size_t(s.id)];
+        if (std::string d = descriptor(op); !d.empty()) {
+          lines.push_back(fmt::format("{} = {}", descriptor_name(op), d));
+          hoisted_[s.id] = descriptor_name(op);
+          uses_descriptors_ = true;
+        }
+      }
     lines.push_back(fmt::format("for {} in tl.range(0, {}, num_stages=NUM_STAGES):  # loop over {}  ({})", loop_index(id),
                                 trips, k_.axes[size_t(a)].name, shown(format_location(loop.loc))));
     Lines inside;
@@ -493,6 +506,65 @@ class Generator {
     scopes_.pop_back();
     for (const std::string& l : inside) lines.push_back(l.empty() ? l : "    " + l);
     lines.push_back("");
+  }
+
+  // The dims of the block an access reads (the loaded value's) or writes.
+  std::vector<int> access_dims(const ir::Op& op) const {
+    if (op.kind == OpKind::Load) return k_.value(op.result).dims;
+    std::vector<int> dims;
+    for (const ir::Index& e : op.index)
+      if (e.kind == ir::Index::Kind::Axis) dims.push_back(e.axis);
+    return dims;
+  }
+
+  bool descriptors() const { return p_.config.has(keys::kPointers) && p_.config.text(keys::kPointers) == "descriptor"; }
+  std::string descriptor_name(const ir::Op& op) const { return py_name(k_.tensors[size_t(op.tensor)].name) + "_desc"; }
+
+  // tl.make_tensor_descriptor for an access (config pointers = descriptor) whose every dim is
+  // a block of its own axis in the tensor's order, bounded by the tensor's extent (all a
+  // descriptor checks: slices, and loop ends computed on the device, keep plain pointers), of
+  // 2 to 5 dims with 16-byte aligned rows and block rows (what TMA takes); else "".
+  std::string descriptor(const ir::Op& op) const {
+    if (!descriptors() || op.atomic_add || (op.kind != OpKind::Load && op.kind != OpKind::Store)) return "";
+    const ir::HostTensor& t = k_.tensors[size_t(op.tensor)];
+    const plan::BlockSpec& s = *p_.spec_for_op(int(&op - k_.ops.data()));
+    int64_t bytes = dtype_size(t.dtype);
+    if (t.shape.size() < 2 || t.shape.size() > 5 || (t.shape.back() * bytes) % 16 != 0) return "";
+    std::vector<int> axes;
+    std::vector<std::string> shape, strides(t.shape.size()), block;
+    int64_t stride = 1;
+    for (size_t d = t.shape.size(); d-- > 0;) {
+      strides[d] = fmt::format("{}", stride);  // the module takes contiguous tensors
+      stride *= t.shape[d];
+    }
+    for (size_t d = 0; d < s.index_map.size(); ++d) {
+      const plan::IndexTerm& e = s.index_map[d];
+      using K = plan::IndexTerm::Kind;
+      if (e.kind != K::Block && e.kind != K::Whole && e.kind != K::Looped) return "";
+      const AxisInfo& in = an_.axes[size_t(e.axis)];
+      if (in.scalar || in.end >= 0 || e.offset != 0 || k_.axes[size_t(e.axis)].extent != t.shape[d]) return "";
+      axes.push_back(e.axis);
+      shape.push_back(fmt::format("{}", t.shape[d]));
+      block.push_back(axis_const(e.axis));
+    }
+    if (axes != access_dims(op) || an_.axes[size_t(axes.back())].block * bytes < 16) return "";
+    return fmt::format("tl.make_tensor_descriptor({}, shape={}, strides={}, block_shape={})", ptr(op.tensor),
+                       py_list(shape), py_list(strides), py_list(block));
+  }
+  // The descriptor an access goes through: its inner loop's, or one made here; "" for plain.
+  std::string descriptor_of(const ir::Op& op, Lines& lines) {
+    if (auto it = hoisted_.find(int(&op - k_.ops.data())); it != hoisted_.end()) return it->second;
+    std::string d = descriptor(op);
+    if (d.empty()) return "";
+    uses_descriptors_ = true;
+    lines.push_back(fmt::format("{} = {}", descriptor_name(op), d));
+    return descriptor_name(op);
+  }
+  // The first element of the block, per dim: "[pid_m * BLOCK_M, i_k * BLOCK_K]".
+  std::string descriptor_offsets(const ir::Op& op) const {
+    std::vector<std::string> at;
+    for (int a : access_dims(op)) at.push_back(block_start(a));
+    return py_list(at);
   }
 
   // The pointers, mask and dims of an access: `dims` are the block's (the loaded value's, or
@@ -710,14 +782,16 @@ class Generator {
     auto in_dims = [&](size_t i) { return k_.value(op.inputs[i]).dims; };
     if (op.kind == OpKind::Store) {
       const ir::HostTensor& t = k_.tensors[size_t(op.tensor)];
-      std::vector<int> dims;
-      for (const ir::Index& e : op.index)
-        if (e.kind == ir::Index::Kind::Axis) dims.push_back(e.axis);
-      Address at = address(op, dims, lines);
+      std::vector<int> dims = access_dims(op);
       size_t last = op.inputs.size() - 1;
       std::string v = align(in(last), in_dims(last), dims, true, op);
       if (kernel_type(t.dtype) != kernel_type(in_dtype(last)) || kernel_type(t.dtype) != t.dtype)
         v = fmt::format("{}.to({})", paren(v), tl_type(t.dtype));
+      if (std::string d = descriptor_of(op, lines); !d.empty()) {
+        lines.push_back(fmt::format("{}.store({}, {})  # store {}  ({})", d, descriptor_offsets(op), v, shown(t.name), loc));
+        return;
+      }
+      Address at = address(op, dims, lines);
       std::string m = at.mask.empty() ? "" : ", mask=" + at.mask;
       // hl::atomic_add: programs that add into one element meet in tl.atomic_add (in no fixed
       // order: float sums may differ in their last bits from run to run).
@@ -731,9 +805,13 @@ class Generator {
     switch (op.kind) {
       case OpKind::Load: {
         const ir::HostTensor& t = k_.tensors[size_t(op.tensor)];
-        Address at = address(op, r.dims, lines);
-        e = at.mask.empty() ? fmt::format("tl.load({})", at.pointers)
-                            : fmt::format("tl.load({}, mask={}, other=0)", at.pointers, at.mask);
+        if (std::string d = descriptor_of(op, lines); !d.empty()) {
+          e = fmt::format("{}.load({})", d, descriptor_offsets(op));
+        } else {
+          Address at = address(op, r.dims, lines);
+          e = at.mask.empty() ? fmt::format("tl.load({})", at.pointers)
+                              : fmt::format("tl.load({}, mask={}, other=0)", at.pointers, at.mask);
+        }
         if (kernel_type(t.dtype) != t.dtype || kernel_type(r.dtype) != kernel_type(t.dtype))
           e = fmt::format("{}.to({})", e, tl_type(kernel_type(r.dtype)));
         what = "load " + shown(t.name);
@@ -979,6 +1057,11 @@ class Generator {
       } else {
         out += fmt::format("    {} = torch.empty({}, dtype={}, device={})\n", n, py_tuple(shape), torch_type(t.dtype), device);
       }
+    }
+    if (uses_descriptors_) {
+      out += "    # Tensor descriptors take a scratch allocation on the device (TMA).\n";
+      out += fmt::format("    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, "
+                         "device={}))\n", device);
     }
     std::vector<std::string> args;
     for (const ir::HostTensor& t : k_.tensors) args.push_back(py_name(t.name));
