@@ -25,7 +25,7 @@ set(DEUTERON_SUITES_e2e "*/KernelTest.*" "Dot.*" "Language.*" "KernelErrors.*" "
     "*/NameInjection.*" "*/DamagedArtifact.*" "*/BadOption.*")
 # PallasAutotune.* (the pallas target's tuning harness) carries both of its labels.
 set(DEUTERON_SUITES_pallas "Pallas*.*" "*/PallasRun.*" "*/PallasLoop.*")
-set(DEUTERON_SUITES_triton "Triton*.*" "*/TritonRun.*")
+set(DEUTERON_SUITES_triton "Triton*.*" "*/TritonRun.*" "*/TritonLooped.*" "*/TritonDescriptors.*")
 set(DEUTERON_SUITES_autotune "Autotune*.*")
 set(DEUTERON_SUITES_pallas_autotune "PallasAutotune.*")
 set(DEUTERON_NOT_UNIT "AutotuneChild.*")

@@ -13,6 +13,7 @@
 #include "autotune/autotune.h"
 #include "backends/registry.h"
 #include "backends/triton/backend.h"
+#include "backends/triton/codegen.h"
 #include "catalogue.h"
 #include "catalogue_case.h"
 #include "config_fit.h"
@@ -87,7 +88,9 @@ std::vector<RunCase> run_cases() {
   return out;
 }
 
-class TritonRun : public testing::TestWithParam<RunCase> {
+// Runs under Triton's interpreter, in the project's Python environment.
+template <class Case>
+class Interpreted : public testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
     std::string problem = python_problem();
@@ -96,22 +99,30 @@ class TritonRun : public testing::TestWithParam<RunCase> {
   ScopedEnv device_{"DEUTERON_TRITON_DEVICE", "interpret"};
 };
 
+// Runs `e` on the triton target with `cfg`, checking every output against the reference.
+api::RunResult run_checked(const examples::Entry& e, const std::vector<Arg>& args, const config::Config& cfg) {
+  api::RunResult r = api::run(*e.kernel, args, "triton", cfg);
+  std::vector<Tensor> want = e.reference(args);
+  EXPECT_EQ(r.outputs.size(), want.size());
+  for (size_t i = 0; i < want.size() && i < r.outputs.size(); ++i) {
+    Tolerance tol = examples::tolerance_for(e, r.outputs[i].dtype());
+    CloseResult close = allclose(r.outputs[i], want[i], tol.rtol, tol.atol);
+    EXPECT_TRUE(close.close) << "config " << r.config.dump() << ": output " << i << " max abs error "
+                             << close.max_abs_err << ", " << close.num_bad << " elements off";
+  }
+  return r;
+}
+
+using TritonRun = Interpreted<RunCase>;
+
 TEST_P(TritonRun, MatchesReference) {
   const RunCase& c = GetParam();
   const examples::Entry& e = examples::find(c.kernel);
   std::vector<Arg> args = e.inputs(e.small_shape, c.dtype, 5);
   driver::Specialized s = specialize(*e.kernel, args);
   config::Config cfg = blocks_at(s, c.blocks);
-  api::RunResult r = api::run(*e.kernel, args, "triton", cfg);
+  api::RunResult r = run_checked(e, args, cfg);
   EXPECT_EQ(r.origin, "given");
-  std::vector<Tensor> want = e.reference(args);
-  ASSERT_EQ(r.outputs.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    Tolerance tol = examples::tolerance_for(e, r.outputs[i].dtype());
-    CloseResult close = allclose(r.outputs[i], want[i], tol.rtol, tol.atol);
-    EXPECT_TRUE(close.close) << "config " << r.config.dump() << ": output " << i << " max abs error "
-                             << close.max_abs_err << ", " << close.num_bad << " elements off";
-  }
   ASSERT_TRUE(r.exe);
   std::optional<std::string> module = read_file(r.exe->source_path);
   ASSERT_TRUE(module.has_value()) << r.exe->source_path;
@@ -119,6 +130,121 @@ TEST_P(TritonRun, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Catalogue, TritonRun, testing::ValuesIn(run_cases()), run_case_name);
+
+// ---- looped reductions ------------------------------------------------------------------------
+
+// A reduction whose block (reduce_<axis>) does not cover its dim: loops over the dim's blocks,
+// accumulating, and recomputes what uses the reduced values block by block in later loops.
+// (TritonRun covers each kernel's persistent reduction.)
+struct ShapedCase {
+  std::string name;
+  std::string kernel;
+  std::vector<int64_t> shape;
+  DType dtype;
+  std::map<std::string, int64_t> blocks;
+  std::vector<std::string> shows;  // text the module must hold
+};
+void PrintTo(const ShapedCase& c, std::ostream* os) { *os << c.name; }
+
+std::vector<ShapedCase> looped_cases() {
+  const std::string eight = "for i_r0 in tl.range(0, 8):";  // 1000 columns in blocks of 128, the last of 104
+  return {
+      {"softmax_f32", "softmax", {13, 1000}, DType::f32, {{"block_rows", 8}, {"reduce_r0", 128}},
+       {eight, "mask_r0 = offs_r0 < 1000", "tl.maximum(", "# amax over r0 block by block (8 blocks of BLOCK_R0, the last one partial)"}},
+      {"softmax_bf16", "softmax", {13, 1000}, DType::bf16, {{"block_rows", 8}, {"reduce_r0", 128}}, {eight}},
+      {"softmax_one_row", "softmax", {1, 300}, DType::f32, {{"block_rows", 1}, {"reduce_r0", 128}},
+       {"for i_r0 in tl.range(0, 3):"}},
+      // 17 columns in blocks of 16: the last block holds one element.
+      {"softmax_last_block_of_one", "softmax", {5, 17}, DType::f32, {{"block_rows", 4}, {"reduce_r0", 16}},
+       {"for i_r0 in tl.range(0, 2):", "mask_r0 = offs_r0 < 17"}},
+      {"softmax_decomposed_f32", "softmax_decomposed", {13, 1000}, DType::f32, {{"block_rows", 8}, {"reduce_r0", 256}},
+       {"for i_r0 in tl.range(0, 4):"}},
+      {"batch_softmax_f32", "batch_softmax", {3, 5, 300}, DType::f32, {{"block_batch", 2}, {"block_rows", 4}, {"reduce_r0", 128}},
+       {"for i_r0 in tl.range(0, 3):"}},
+      {"layer_norm_f32", "layer_norm", {13, 1000}, DType::f32, {{"block_rows", 8}, {"reduce_r0", 256}},
+       {"for i_r0 in tl.range(0, 4):"}},
+      {"layer_norm_bf16", "layer_norm", {13, 1000}, DType::bf16, {{"block_rows", 8}, {"reduce_r0", 256}},
+       {"for i_r0 in tl.range(0, 4):"}},
+      {"rms_norm_f32", "rms_norm", {13, 1000}, DType::f32, {{"block_rows", 16}, {"reduce_r0", 128}}, {eight}},
+      {"rms_norm_bf16", "rms_norm", {13, 1000}, DType::bf16, {{"block_rows", 16}, {"reduce_r0", 128}}, {eight}},
+      // 130 rows (every 7th label ignore_index), a vocabulary of 300 in 3 blocks of 128, and the
+      // 130 labels counted in 3 blocks of 64.
+      {"cross_entropy_f32", "cross_entropy", {130, 300}, DType::f32,
+       {{"block_rows", 32}, {"reduce_r0", 64}, {"reduce_r1", 128}}, {"for i_r0 in tl.range(0, 3):", "for i_r1 in tl.range(0, 3):"}},
+      {"cross_entropy_bf16", "cross_entropy", {130, 300}, DType::bf16,
+       {{"block_rows", 32}, {"reduce_r0", 64}, {"reduce_r1", 128}}, {"for i_r1 in tl.range(0, 3):"}},
+  };
+}
+
+// The module a run compiled, checked to hold each of `shows`.
+std::optional<std::string> module_showing(const api::RunResult& r, const std::vector<std::string>& shows) {
+  std::optional<std::string> module = r.exe ? read_file(r.exe->source_path) : std::nullopt;
+  for (const std::string& part : shows) EXPECT_TRUE(module && contains(*module, part)) << part << "\n" << module.value_or("");
+  return module;
+}
+
+// A case's kernel, inputs, specialization and config (its blocks fitted to the space).
+class TritonShaped : public Interpreted<ShapedCase> {
+ protected:
+  const ShapedCase& c = GetParam();
+  const examples::Entry& e = examples::find(c.kernel);
+  std::vector<Arg> args = e.inputs(c.shape, c.dtype, 11);
+  driver::Specialized s = specialize(*e.kernel, args);
+  config::Config cfg = testing_support::fit(s, c.blocks);
+};
+
+class TritonLooped : public TritonShaped {};
+
+TEST_P(TritonLooped, MatchesReference) {
+  plan::Plan p = driver::lower(s, cfg);
+  ASSERT_TRUE(std::any_of(p.reductions.begin(), p.reductions.end(), [](const plan::Reduction& r) { return !r.persistent; }))
+      << cfg.dump() << " keeps every reduction persistent";
+  api::RunResult r = run_checked(e, args, cfg);
+  std::optional<std::string> module = module_showing(r, c.shows);
+  ASSERT_TRUE(module.has_value());
+  // The rows' offsets do not change from block to block of r0: defined once, before the loops.
+  size_t first = module->find("offs_rows = ");
+  EXPECT_NE(first, std::string::npos) << *module;
+  EXPECT_EQ(module->find("offs_rows = ", first + 1), std::string::npos) << *module;
+  EXPECT_EQ(s.backend->emit(driver::lower(s, r.config)), *module) << "the same plan gives the same text";
+}
+
+INSTANTIATE_TEST_SUITE_P(LoopedReductions, TritonLooped, testing::ValuesIn(looped_cases()),
+                         [](const testing::TestParamInfo<ShapedCase>& i) { return i.param.name; });
+
+// ---- tensor descriptors ----------------------------------------------------------------------
+
+// pointers = descriptor: accesses through tl.make_tensor_descriptor (Triton 3.9 removed block
+// pointers: tl.make_block_ptr raises NotImplementedError, on the GPU and in the interpreter),
+// made before the inner loops that use them. Rows of 16-byte multiples (what TMA takes), ragged
+// blocks (the descriptor pads loads with zeros and clips stores).
+std::vector<ShapedCase> descriptor_cases() {
+  const std::string made = "= tl.make_tensor_descriptor(";
+  return {
+      {"matmul", "matmul", {70, 48, 40}, DType::f32, {{"block_m", 32}, {"block_n", 32}, {"block_k", 32}},
+       {made, "x_desc.load([pid_m * BLOCK_M, i_k * BLOCK_K])", "out0_desc.store(", "triton.set_allocator("}},
+      {"softmax", "softmax", {13, 100}, DType::f32, {{"block_rows", 8}}, {made, "x_desc.load([pid_rows * BLOCK_ROWS, 0])"}},
+      {"softmax_looped", "softmax", {13, 1000}, DType::f32, {{"block_rows", 8}, {"reduce_r0", 128}},
+       {"x_desc.load([pid_rows * BLOCK_ROWS, i_r0 * BLOCK_R0])"}},
+      {"attention", "attention", {1, 2, 37, 16}, DType::f32, {{"block_batch", 1}, {"block_head", 1}, {"block_q", 16}, {"block_kv", 16}},
+       {"k_desc.load([pid_batch, pid_head, i_kv * BLOCK_KV, 0])", "out0_desc.store("}},
+  };
+}
+
+class TritonDescriptors : public TritonShaped {};
+
+TEST_P(TritonDescriptors, MatchesReference) {
+  cfg.set(triton::keys::kPointers, "descriptor");
+  api::RunResult r = run_checked(e, args, cfg);
+  std::optional<std::string> module = module_showing(r, c.shows);
+  ASSERT_TRUE(module.has_value());
+  EXPECT_FALSE(contains(*module, "tl.load(")) << "every access takes a descriptor\n" << *module;
+  cfg.set(triton::keys::kPointers, "plain");
+  EXPECT_FALSE(contains(s.backend->emit(driver::lower(s, cfg)), "descriptor")) << "plain pointers by default";
+}
+
+INSTANTIATE_TEST_SUITE_P(Pointers, TritonDescriptors, testing::ValuesIn(descriptor_cases()),
+                         [](const testing::TestParamInfo<ShapedCase>& i) { return i.param.name; });
 
 // ---- what the module says ---------------------------------------------------------------------
 
@@ -145,6 +271,17 @@ TEST_F(TritonEmit, NamesItsConfigAndSourceLinesAndIsStable) {
   EXPECT_TRUE(contains(m, "input_precision=\"ieee\"")) << m;
   EXPECT_TRUE(contains(m, "mask=")) << "130 rows in blocks of 32: the last one is masked\n" << m;
   EXPECT_FALSE(contains(m, "in_group")) << "flat order by default\n" << m;
+}
+
+// Rows that are not a multiple of 16 bytes (x: 67 floats) cannot take a descriptor: those
+// accesses keep plain pointers, the others (y, out0: 100 floats) take one.
+TEST_F(TritonEmit, UnalignedRowsKeepPlainPointers) {
+  std::string m = emit("matmul", {{triton::keys::kPointers, "descriptor"}});
+  EXPECT_TRUE(contains(m, "tl.load(x_ptr + ")) << m;
+  EXPECT_FALSE(contains(m, "x_desc")) << m;
+  EXPECT_TRUE(contains(m, "y_desc = tl.make_tensor_descriptor(y_ptr, shape=[67, 100], strides=[100, 1], "
+                          "block_shape=[BLOCK_K, BLOCK_N])")) << m;
+  EXPECT_TRUE(contains(m, "out0_desc.store(")) << m;
 }
 
 TEST_F(TritonEmit, GroupedOrderingIsAConfigChoice) {
@@ -188,14 +325,10 @@ class TritonRules : public testing::Test {
 
 TEST_F(TritonRules, DotBlocksBelowSixteen) { expect_refused("matmul", {{"block_m", 8}}, "tl.dot needs blocks of at least 16"); }
 
-TEST_F(TritonRules, LoopedReductions) {
-  const examples::Entry& e = examples::find("softmax");
-  driver::Specialized s = specialize(*e.kernel, e.inputs(e.small_shape, DType::f32, 5));
-  const config::Tunable* looped = nullptr;
-  for (const ir::BlockParam& bp : s.ir.block_params)
-    if (bp.reduction) looped = s.space.find(bp.name);
-  ASSERT_NE(looped, nullptr);
-  expect_refused("softmax", {{looped->name, looped->values.front()}}, "keeps a reduced dim whole in one block");
+// rms_norm_bwd keeps a value over the reduced dim for a later group: no loop over its blocks
+// can run that; the persistent reduction does.
+TEST_F(TritonRules, LoopedReductionsThatKeepAValueOverTheDim) {
+  expect_refused("rms_norm_bwd", {{"reduce_r0", 64}}, "is carried by a loop");
 }
 
 TEST_F(TritonRules, RegistersOfCarriedValues) {
@@ -211,6 +344,22 @@ TEST_F(TritonRules, DefaultsAreLegal) {
   for (const examples::Entry& e : examples::catalogue()) {
     driver::Specialized s = specialize(*e.kernel, e.inputs(e.small_shape, DType::f32, 5));
     EXPECT_NO_THROW(driver::lower(s, s.space.default_config())) << e.name << " " << s.space.default_config().dump();
+  }
+}
+
+// Inner loops read in place whatever a placement key says, so the space has none: the tuner
+// would spend tries on configs that give the same module.
+TEST(TritonSpace, HasNoInnerLoopPlacementKeys) {
+  for (const char* kernel : {"matmul", "attention", "softmax_two_pass"}) {
+    const examples::Entry& e = examples::find(kernel);
+    driver::Specialized s = specialize(*e.kernel, e.inputs(e.small_shape, DType::f32, 5));
+    EXPECT_TRUE(s.space.find(triton::keys::kNumStages)) << kernel << " has inner loops";
+    for (const config::Tunable& t : s.space.tunables()) {
+      EXPECT_FALSE(t.name.starts_with("inner_")) << kernel << ": " << t.name;
+      EXPECT_FALSE(t.name.starts_with("buffers_")) << kernel << ": " << t.name;
+    }
+    EXPECT_FALSE(s.space.default_config().has("inner_k") || s.space.default_config().has("inner_kv")) << kernel;
+    EXPECT_NO_THROW(driver::lower(s, s.space.default_config())) << kernel;
   }
 }
 

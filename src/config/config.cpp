@@ -295,6 +295,11 @@ void ConfigSpace::set_default_value(const std::string& name, Json value) {
   default_.set(name, std::move(value));
 }
 
+void ConfigSpace::remove(const std::string& name) {
+  std::erase_if(tunables_, [&](const Tunable& t) { return t.name == name; });
+  default_.erase(name);
+}
+
 const Tunable* ConfigSpace::find(const std::string& name) const {
   for (const Tunable& t : tunables_)
     if (t.name == name) return &t;

@@ -54,6 +54,7 @@ class Config {
   int64_t integer(const std::string& name) const;
   std::string text(const std::string& name) const;
   void set(const std::string& name, Json value) { values_[name] = std::move(value); }
+  void erase(const std::string& name) { values_.erase(name); }
   const std::map<std::string, Json>& values() const { return values_; }
 
   Json to_json() const;
@@ -84,6 +85,8 @@ class ConfigSpace {
   // For targets extending the space with their own tunables (Backend::extend_space).
   void add(Tunable t, Json default_value);
   void set_default_value(const std::string& name, Json value);
+  // For targets whose code does not depend on a tunable: drops it (and its default value).
+  void remove(const std::string& name);
   const Tunable* find(const std::string& name) const;
   // Checks names and values; a missing tunable takes its default. Throws ConfigError naming
   // the tunable, the bad value and the legal ones.

@@ -13,6 +13,7 @@
 #include "config/keys.h"
 #include "backends/python/source.h"
 #include "deuteron/error.h"
+#include "plan/reduce_loops.h"
 #include "runtime/text.h"
 
 namespace deuteron::pallas {
@@ -150,16 +151,12 @@ struct Access {
 // Inside a ReduceLoop, the pl.ds slice of the current block of its axis: "r0_block".
 std::string block_slice(const ir::Kernel& k, int axis) { return py_name(k.axes[size_t(axis)].name) + "_block"; }
 
-// A fusion group of the grid loop's body over an axis reduced in blocks (a looped reduction,
-// config reduce_<axis> below the extent): the operand blocks hold the whole dim, and the group
-// runs as a loop unrolled at trace time over the axis' blocks, its reductions accumulating in
-// Python values (initialised before the loop, complete after it). Each block is sliced to its
-// real length, so the last one is short rather than masked.
-struct ReduceLoop {
-  int axis = -1;
-  int64_t blocks = 0;
-  std::vector<int> ops;  // the group's computed ops, in program order
-};
+// A fusion group of the grid loop's body over an axis reduced in blocks (plan/reduce_loops.h):
+// the operand blocks hold the whole dim, and the group runs as a loop unrolled at trace time
+// over the axis' blocks, its reductions accumulating in Python values (initialised before the
+// loop, complete after it). Each block is sliced to its real length, so the last one is short
+// rather than masked.
+using plan::ReduceLoop;
 
 class Analysis {
  public:
@@ -185,15 +182,9 @@ class Analysis {
   std::set<int> smem_gathers;            // gathering loads in the keys::kSmem form (else one-hot)
 
   // An axis of kind Reduction split into blocks (not persistent).
-  bool looped(int axis) const {
-    return axis != ir::kOne && k.axes[size_t(axis)].kind == ir::AxisKind::Reduction && !p.persistent[size_t(axis)];
-  }
+  bool looped(int axis) const { return plan::looped(p, axis); }
   // The looped axis among a value's dims, or -1: the value exists one block at a time.
-  int looped_dim(ir::ValueId v) const {
-    for (int d : k.value(v).dims)
-      if (looped(d)) return d;
-    return -1;
-  }
+  int looped_dim(ir::ValueId v) const { return plan::looped_dim(p, v); }
 
   std::string where(const ir::Op& op) const { return format_location(op.loc); }
   std::string tensor_label(int t) const {
@@ -334,57 +325,12 @@ class Analysis {
   }
 
   // The grid loop's groups over a looped reduction axis, and what a loop over its blocks cannot
-  // run (each a config problem: the persistent reduction runs them).
+  // run (a config problem: the persistent reduction runs it).
   void find_reduce_loops() {
-    auto persistent_hint = [&](int axis) {
-      const ir::BlockParam& bp = k.block_params[size_t(k.axes[size_t(axis)].block_param)];
-      return fmt::format("set {} to {} (persistent: the whole dim in one block)", bp.name, bp.max);
-    };
-    auto refuse = [&](int axis, const std::string& what, const std::string& at) {
-      config_error(fmt::format("{} = {} splits the reduction dim {} into blocks, but {}; the pallas target "
-                               "loops over such blocks only in the grid loop's body, outside inner loops and "
-                               "block products",
-                               block_param(axis), block[size_t(axis)], k.axes[size_t(axis)].name, what),
-                   at, persistent_hint(axis));
-    };
-    for (size_t l = 0; l < k.loops.size(); ++l)
-      for (const plan::Item& it : p.bodies[l]) {
-        if (it.is_loop) continue;
-        std::vector<int> axes;
-        for (int d : it.group.domain)
-          if (looped(d)) axes.push_back(d);
-        if (axes.empty()) continue;
-        std::string at = where(k.ops[size_t(it.group.ops.front())]);
-        if (int(l) != grid_loop) refuse(axes[0], "an inner loop computes over it", at);
-        if (axes.size() > 1)
-          refuse(axes[1], fmt::format("so does {} in the same expression", block_param(axes[0])), at);
-        ReduceLoop rl;
-        rl.axis = axes[0];
-        rl.blocks = (k.axes[size_t(rl.axis)].extent + block[size_t(rl.axis)] - 1) / block[size_t(rl.axis)];
-        for (int o : it.group.ops) {
-          const ir::Op& op = k.ops[size_t(o)];
-          if (op.result < 0 || p.computed[size_t(op.result)]) rl.ops.push_back(o);
-        }
-        if (rl.ops.empty()) continue;
-        for (int o : rl.ops) reduce_loop_of_op[o] = int(reduce_loops.size());
-        reduce_loops.push_back(rl);
-      }
-    // Everything else that reads a value over a looped axis runs once, not block by block.
-    for (size_t o = 0; o < k.ops.size(); ++o) {
-      const ir::Op& op = k.ops[o];
-      if (reduce_loop_of_op.count(int(o)) || (op.result >= 0 && (!p.computed[size_t(op.result)] || looped_dim(op.result) >= 0)))
-        continue;
-      for (ir::ValueId in : op.inputs)
-        if (int axis = looped_dim(in); axis >= 0)
-          refuse(axis, fmt::format("{} reads %{} over it", op.kind == OpKind::Dot ? "a block product" : ir::name(op.kind), in),
-                 where(op));
-    }
-    for (size_t v = 0; v < k.values.size(); ++v) {
-      const ir::Value& val = k.values[v];
-      int axis = looped_dim(ir::ValueId(v));
-      if (axis < 0 || !p.materialized[v] || (val.def_op >= 0 && k.ops[size_t(val.def_op)].kind == OpKind::Load)) continue;
-      refuse(axis, fmt::format("the value %{} over it is carried by a loop", v), format_location(k.loc));
-    }
+    plan::ReduceLoops r = plan::find_reduce_loops(p);
+    reduce_loops = std::move(r.loops);
+    reduce_loop_of_op = std::move(r.of_op);
+    if (r.problem) config_error(r.problem->message(), r.problem->where(), r.problem->hint());
   }
 
   // A scalar index: the grid index of a one-element (hl::grid) axis (the plan's Scalar term).
@@ -1146,27 +1092,17 @@ class Generator {
     const ir::Axis& ax = k_.axes[size_t(rl.axis)];
     std::string at = block_slice(k_, rl.axis), index = "i_" + axis_name(rl.axis), b = axis_const(rl.axis);
     Lines before, inside;
-    std::vector<std::string> does;
-    std::set<ir::ValueId> this_block;
     auto saved_masks = masks_;
     reduce_loop_ = &rl;
-    for (int o : rl.ops) {
-      const ir::Op& op = k_.ops[size_t(o)];
-      need_inputs(op, before, inside, this_block);
-      if (op.kind == OpKind::Reduce && k_.value(op.inputs[0]).dims[size_t(op.dim)] == rl.axis) {
-        const ir::Value& r = k_.value(op.result);
-        before.push_back(fmt::format("{} = jnp.full({}, {}, {})  # {} over {}: its identity, then each block", var(op.result),
-                                     py_tuple(shape_of(r.dims)), identity(op.reduce, r.dtype),
-                                     jnp_type(kernel_type(r.dtype)), ir::name(op.reduce), ax.name));
-        does.push_back(ir::name(op.reduce));
-        emitted_.insert(op.result);  // complete after the loop
-      } else if (op.result >= 0) {
-        this_block.insert(op.result);
-      } else {
-        does.push_back("store " + shown(k_.tensors[size_t(op.tensor)].name));
-      }
-      statement(op, inside);
-    }
+    std::vector<std::string> does = plan::walk_reduce_loop(
+        p_, rl, false, emitted_,
+        [&](const ir::Op& op) {
+          const ir::Value& r = k_.value(op.result);
+          before.push_back(fmt::format("{} = jnp.full({}, {}, {})  # {} over {}: its identity, then each block",
+                                       var(op.result), py_tuple(shape_of(r.dims)), identity(op.reduce, r.dtype),
+                                       jnp_type(kernel_type(r.dtype)), ir::name(op.reduce), ax.name));
+        },
+        [&](const ir::Op& op, bool in_loop) { statement(op, in_loop ? inside : before); });
     reduce_loop_ = nullptr;
     masks_ = saved_masks;
     int64_t last = ax.extent - (rl.blocks - 1) * an_.block[size_t(rl.axis)];
@@ -1180,24 +1116,6 @@ class Generator {
     lines.push_back(fmt::format("for {} in range({}):", index, rl.blocks));
     indent(lines, inside);
     lines.push_back("");
-  }
-
-  // Writes what op reads and is not written yet: values over the reduction loop's axis into
-  // the loop (`inside`), the others before it.
-  void need_inputs(const ir::Op& op, Lines& before, Lines& inside, std::set<ir::ValueId>& this_block) {
-    std::vector<ir::ValueId> reads = op.inputs;
-    for (const ir::Index& e : op.index)
-      if (e.kind == ir::Index::Kind::Gather) reads.push_back(e.value);
-    for (ir::ValueId v : reads) {
-      const ir::Value& val = k_.value(v);
-      bool per_block = an_.looped_dim(v) >= 0;
-      // (A loop's phi or result, def_op < 0, is written by its loop.)
-      if (val.def_op < 0 || (per_block ? this_block.count(v) : emitted_.count(v))) continue;
-      const ir::Op& def = k_.ops[size_t(val.def_op)];
-      need_inputs(def, before, inside, this_block);
-      statement(def, per_block ? inside : before);
-      (per_block ? this_block : emitted_).insert(v);
-    }
   }
 
   std::string add_scratch(const std::string& name, const std::string& shape) {

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "backends/triton/codegen.h"
+#include "config/keys.h"
 #include "deuteron/error.h"
 
 namespace deuteron::embedded {
@@ -95,7 +96,19 @@ void TritonBackend::extend_space(const ir::Kernel& k, const config::TargetLimits
     t.help = help;
     space.add(t, std::move(dflt));
   };
+  // Inner loops read their blocks in place, whatever the placement keys say: Triton stages
+  // operands itself (num_stages), so those keys would only cost the tuner tries.
+  for (const ir::Loop& l : k.loops)
+    if (!l.grid)
+      for (int axis : l.axes) {
+        space.remove(config::keys::inner_loop(k.axis(axis).name));
+        space.remove(config::keys::buffers(k.axis(axis).name));
+      }
+  for (const config::OperandTunable& o : config::operand_tunables(k)) space.remove(o.name);
   add(keys::kNumWarps, config::Tunable::Kind::Count, {1, 2, 4, 8, 16}, 4, "warps per program (32 threads each)");
+  add(keys::kPointers, config::Tunable::Kind::Choice, {"plain", "descriptor"}, "plain",
+      "tensor accesses: pointer blocks with masks (plain), or tensor descriptors (tl.make_tensor_descriptor: "
+      "TMA on GPUs that have it) where an access allows one");
   if (loops)
     add(keys::kNumStages, config::Tunable::Kind::Count, {1, 2, 3, 4}, 2,
         "stages of software pipelining of inner loops (tl.range): their loads run this far ahead");

@@ -26,8 +26,10 @@ class TritonBackend : public backends::Backend {
   std::string name() const override { return "triton"; }
   // The GPU's SMs and shared memory per block (hardware.h: $DEUTERON_GPU, else h100).
   config::TargetLimits limits() const override;
-  // num_warps, num_stages (kernels with inner loops), grid_group and dot_precision (kernels
-  // with products); reductions default to persistent, product dims to tl.dot's minimum.
+  // num_warps, pointers (plain or tensor descriptors), num_stages (kernels with inner loops),
+  // grid_group and dot_precision (kernels with products); reductions default to persistent,
+  // product dims to tl.dot's minimum. The inner-loop placement keys (inner_<axis>, buffers_<axis>, inner_<axis>_<tensor>) are
+  // removed: the module does not depend on them.
   void extend_space(const ir::Kernel& k, const config::TargetLimits& limits,
                     config::ConfigSpace& space) const override;
   config::Config adjust_default(const config::ConfigSpace& space, const config::Config& c,

@@ -10,6 +10,7 @@
 
 #include "backends/python/source.h"
 #include "deuteron/error.h"
+#include "plan/reduce_loops.h"
 #include "runtime/text.h"
 
 namespace deuteron::triton {
@@ -31,6 +32,7 @@ std::string shown(const std::string& s) { return runtime::escaped(s); }
 using python::upper;
 
 std::string py_tuple(const std::vector<std::string>& v) { return python::tuple(v); }
+std::string py_list(const std::vector<std::string>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
 
 std::string py_float(double x) { return python::float_literal(x, "float(\"inf\")", "float(\"nan\")"); }
 
@@ -86,9 +88,12 @@ struct AxisInfo {
   bool masked = false;   // some block holds elements past the end (ragged or padded)
   bool grid = false;
   bool scalar = false;   // hl::grid: one element per program, no block dim
+  bool looped = false;   // a reduced dim split into blocks: loops over them (ReduceLoop)
   int loop = -1;         // the tile loop, or -1 for whole and fixed dims
   ir::ValueId end = -1;  // an end computed on the device (an inner loop's bound)
 };
+
+using plan::ReduceLoop;
 
 class Analysis {
  public:
@@ -125,6 +130,10 @@ class Analysis {
           unsupported("tile blocks that are not a power of two",
                       fmt::format("pins {} = {} (tl.arange needs a power of two)", bp.name, bp.fixed),
                       format_location(k.loc), "pin a power of two, or leave the block size to the config");
+      } else if (ax.kind == ir::AxisKind::Reduction && !p.persistent[a]) {
+        in.looped = true;  // (plan::looped)
+        in.block = p.block[a];
+        in.masked = ax.extent % in.block != 0;
       } else {
         // A whole (persistent) or fixed dim: one block, padded to a power of two and masked.
         in.block = next_pow2(std::max<int64_t>(ax.extent, 1));
@@ -141,7 +150,7 @@ class Analysis {
                       "multiplies along a dim of one element (tl.dot needs blocks of at least 16 x 16)",
                       format_location(op.loc), "give the product's dims a block, or run this kernel on the cpu target");
         AxisInfo& in = axes[size_t(d)];
-        if (in.loop < 0 && in.block < kMinDotBlock) {
+        if (in.loop < 0 && !in.looped && in.block < kMinDotBlock) {
           in.block = kMinDotBlock;
           in.masked = true;
         }
@@ -155,11 +164,20 @@ class Analysis {
                       fmt::format("writes {} at indices it reads from a tensor", k.tensors[size_t(op.tensor)].name),
                       format_location(op.loc));
     }
+    plan::ReduceLoops r = plan::find_reduce_loops(p);
+    if (r.problem) throw ConfigError("triton: " + r.problem->message(), r.problem->where(), r.problem->hint());
+    reduce_loops = std::move(r.loops);
+    reduce_loop_of_op = std::move(r.of_op);
   }
 
   const plan::Plan& p;
   const ir::Kernel& k;
   std::vector<AxisInfo> axes;
+  std::vector<ReduceLoop> reduce_loops;
+  std::map<int, int> reduce_loop_of_op;  // op -> its entry of reduce_loops
+
+  bool looped(int axis) const { return plan::looped(p, axis); }
+  int looped_dim(ir::ValueId v) const { return plan::looped_dim(p, v); }
 
   // The M, N and K dims of a product: a [..., M, K] @ b [..., K, N].
   std::vector<int> dot_dims(const ir::Op& op) const {
@@ -252,12 +270,17 @@ class Generator {
   std::map<ir::ValueId, std::string> names_;
   // Per open loop body: the offsets and masks already defined there (axis -> dims -> name).
   std::vector<std::set<std::string>> scopes_;
+  std::set<ir::ValueId> emitted_;  // values complete in the grid loop's body (not per block)
+  Lines* before_reduce_loop_ = nullptr;
+  bool uses_descriptors_ = false;
+  std::map<int, std::string> hoisted_;  // access op -> the descriptor made before its inner loop  // while writing a reduction loop: the lines before it
 
   std::string axis_name(int a) const { return py_name(k_.axes[size_t(a)].name); }
   std::string axis_const(int a) const { return "BLOCK_" + upper(axis_name(a)); }
   std::string ptr(int tensor) const { return py_name(k_.tensors[size_t(tensor)].name) + "_ptr"; }
   std::string kernel_name() const { return py_name(k_.name) + "_kernel"; }
   std::string loop_index(int loop) const { return "i_" + axis_name(k_.loops[size_t(loop)].axes.front()); }
+  std::string looped_index(int axis) const { return "i_" + axis_name(axis); }
 
   // A value's Python name: the user's name where the tracer knew it and it is free, else v<id>.
   std::string name(ir::ValueId v) {
@@ -280,17 +303,20 @@ class Generator {
   }
   std::string where(const ir::Op& op) const { return shown(format_location(op.loc)); }
 
-  // Defines `name = text` once per open loop body (and the bodies inside it).
-  void define(const std::string& name, const std::string& text, Lines& lines) {
+  // Defines `name = text` (the offsets or mask of axis `a`) once per open loop body (and the
+  // bodies inside it); inside a reduction loop, before that loop unless `a` is its axis.
+  void define(const std::string& name, const std::string& text, int a, Lines& lines) {
     for (const auto& s : scopes_)
       if (s.count(name)) return;
-    lines.push_back(fmt::format("{} = {}", name, text));
-    scopes_.back().insert(name);
+    bool hoist = before_reduce_loop_ && !an_.axes[size_t(a)].looped;
+    (hoist ? *before_reduce_loop_ : lines).push_back(fmt::format("{} = {}", name, text));
+    scopes_[scopes_.size() - (hoist ? 2 : 1)].insert(name);
   }
 
   // The first element of the current block along tiled axis a: "pid_m * BLOCK_M" (+ begin).
   std::string block_start(int a) const {
     const AxisInfo& in = an_.axes[size_t(a)];
+    if (in.looped) return fmt::format("{} * {}", looped_index(a), axis_const(a));
     if (in.loop < 0) return "0";
     std::string index = in.grid ? "pid_" + axis_name(a) : loop_index(in.loop);
     std::string s = in.block == 1 ? index : fmt::format("{} * {}", index, axis_const(a));
@@ -307,7 +333,7 @@ class Generator {
     std::string n = "offs_" + axis_name(a);
     if (in.scalar) return block_start(a);
     std::string range = fmt::format("tl.arange(0, {})", axis_const(a));
-    define(n, in.loop < 0 ? range : fmt::format("{} + {}", block_start(a), range), lines);
+    define(n, in.loop < 0 && !in.looped ? range : fmt::format("{} + {}", block_start(a), range), a, lines);
     return n;
   }
   // mask_<axis>: which of them are in range; empty when all are.
@@ -316,7 +342,7 @@ class Generator {
     if (!in.masked || in.scalar) return "";
     std::string offs = offsets(a, lines);
     std::string n = "mask_" + axis_name(a);
-    define(n, fmt::format("{} < {}", offs, axis_end(a)), lines);
+    define(n, fmt::format("{} < {}", offs, axis_end(a)), a, lines);
     return n;
   }
 
@@ -394,8 +420,49 @@ class Generator {
         inner_loop(s.id, lines);
         continue;
       }
-      statement(k_.ops[size_t(s.id)], lines);
+      if (auto it = an_.reduce_loop_of_op.find(s.id); it != an_.reduce_loop_of_op.end()) {
+        const ReduceLoop& rl = an_.reduce_loops[size_t(it->second)];
+        if (rl.ops.front() == s.id) reduce_loop(rl, lines);
+        continue;
+      }
+      const ir::Op& op = k_.ops[size_t(s.id)];
+      // Values over a looped axis exist one block at a time, inside the loops that use them.
+      if (op.result >= 0 && (emitted_.count(op.result) || an_.looped_dim(op.result) >= 0)) continue;
+      statement(op, lines);
+      if (op.result >= 0) emitted_.insert(op.result);
     }
+  }
+
+  // A group over a looped reduction axis: a loop over the axis' blocks. Values over the axis
+  // are computed block by block inside it (in each loop that uses them: the plan recomputes
+  // them), the others before it; a reduction over the axis starts at its identity and takes in
+  // each block.
+  void reduce_loop(const ReduceLoop& rl, Lines& lines) {
+    const ir::Axis& ax = k_.axes[size_t(rl.axis)];
+    Lines before, inside;
+    scopes_.emplace_back();
+    before_reduce_loop_ = &before;
+    std::vector<std::string> does = plan::walk_reduce_loop(
+        p_, rl, true, emitted_,
+        [&](const ir::Op& op) {
+          const ir::Value& r = k_.value(op.result);
+          before.push_back(fmt::format("{} = tl.full({}, {}, {})  # {} over {}: its identity, then each block",
+                                       name(op.result), r.dims.empty() ? "()" : py_tuple(shape_of(r.dims)),
+                                       identity(op.reduce, r.dtype), tl_type(kernel_type(r.dtype)),
+                                       ir::name(op.reduce), ax.name));
+        },
+        [&](const ir::Op& op, bool in_loop) { statement(op, in_loop ? inside : before); });
+    before_reduce_loop_ = nullptr;
+    scopes_.pop_back();
+    int64_t blocks = rl.blocks;
+    if (!lines.empty() && !lines.back().empty()) lines.push_back("");
+    lines.push_back(fmt::format("# {} over {} block by block ({} block{} of {}{})", fmt::join(does, ", "), ax.name, blocks,
+                                blocks == 1 ? "" : "s", axis_const(rl.axis),
+                                an_.axes[size_t(rl.axis)].masked ? ", the last one partial" : ""));
+    lines.insert(lines.end(), before.begin(), before.end());
+    lines.push_back(fmt::format("for {} in tl.range(0, {}):", looped_index(rl.axis), blocks));
+    for (const std::string& l : inside) lines.push_back("    " + l);
+    lines.push_back("");
   }
 
   void inner_loop(int id, Lines& lines) {
@@ -418,6 +485,16 @@ class Generator {
       std::string end = names_.at(in.end);
       trips = fmt::format("tl.cdiv({}, {})", in.begin ? fmt::format("{} - {}", end, in.begin) : end, axis_const(a));
     }
+    // The descriptors of the loop's accesses are made once, before it.
+    for (const ir::Stmt& s : loop.body)
+      if (s.kind == ir::Stmt::Kind::Op) {
+        const ir::Op& op = k_.ops[size_t(s.id)];
+        if (std::string d = descriptor(op); !d.empty()) {
+          lines.push_back(fmt::format("{} = {}", descriptor_name(op), d));
+          hoisted_[s.id] = descriptor_name(op);
+          uses_descriptors_ = true;
+        }
+      }
     lines.push_back(fmt::format("for {} in tl.range(0, {}, num_stages=NUM_STAGES):  # loop over {}  ({})", loop_index(id),
                                 trips, k_.axes[size_t(a)].name, shown(format_location(loop.loc))));
     Lines inside;
@@ -429,6 +506,65 @@ class Generator {
     scopes_.pop_back();
     for (const std::string& l : inside) lines.push_back(l.empty() ? l : "    " + l);
     lines.push_back("");
+  }
+
+  // The dims of the block an access reads (the loaded value's) or writes.
+  std::vector<int> access_dims(const ir::Op& op) const {
+    if (op.kind == OpKind::Load) return k_.value(op.result).dims;
+    std::vector<int> dims;
+    for (const ir::Index& e : op.index)
+      if (e.kind == ir::Index::Kind::Axis) dims.push_back(e.axis);
+    return dims;
+  }
+
+  bool descriptors() const { return p_.config.has(keys::kPointers) && p_.config.text(keys::kPointers) == "descriptor"; }
+  std::string descriptor_name(const ir::Op& op) const { return py_name(k_.tensors[size_t(op.tensor)].name) + "_desc"; }
+
+  // tl.make_tensor_descriptor for an access (config pointers = descriptor) whose every dim is
+  // a block of its own axis in the tensor's order, bounded by the tensor's extent (all a
+  // descriptor checks: slices, and loop ends computed on the device, keep plain pointers), of
+  // 2 to 5 dims with 16-byte aligned rows and block rows (what TMA takes); else "".
+  std::string descriptor(const ir::Op& op) const {
+    if (!descriptors() || op.atomic_add || (op.kind != OpKind::Load && op.kind != OpKind::Store)) return "";
+    const ir::HostTensor& t = k_.tensors[size_t(op.tensor)];
+    const plan::BlockSpec& s = *p_.spec_for_op(int(&op - k_.ops.data()));
+    int64_t bytes = dtype_size(t.dtype);
+    if (t.shape.size() < 2 || t.shape.size() > 5 || (t.shape.back() * bytes) % 16 != 0) return "";
+    std::vector<int> axes;
+    std::vector<std::string> shape, strides(t.shape.size()), block;
+    int64_t stride = 1;
+    for (size_t d = t.shape.size(); d-- > 0;) {
+      strides[d] = fmt::format("{}", stride);  // the module takes contiguous tensors
+      stride *= t.shape[d];
+    }
+    for (size_t d = 0; d < s.index_map.size(); ++d) {
+      const plan::IndexTerm& e = s.index_map[d];
+      using K = plan::IndexTerm::Kind;
+      if (e.kind != K::Block && e.kind != K::Whole && e.kind != K::Looped) return "";
+      const AxisInfo& in = an_.axes[size_t(e.axis)];
+      if (in.scalar || in.end >= 0 || e.offset != 0 || k_.axes[size_t(e.axis)].extent != t.shape[d]) return "";
+      axes.push_back(e.axis);
+      shape.push_back(fmt::format("{}", t.shape[d]));
+      block.push_back(axis_const(e.axis));
+    }
+    if (axes != access_dims(op) || an_.axes[size_t(axes.back())].block * bytes < 16) return "";
+    return fmt::format("tl.make_tensor_descriptor({}, shape={}, strides={}, block_shape={})", ptr(op.tensor),
+                       py_list(shape), py_list(strides), py_list(block));
+  }
+  // The descriptor an access goes through: its inner loop's, or one made here; "" for plain.
+  std::string descriptor_of(const ir::Op& op, Lines& lines) {
+    if (auto it = hoisted_.find(int(&op - k_.ops.data())); it != hoisted_.end()) return it->second;
+    std::string d = descriptor(op);
+    if (d.empty()) return "";
+    uses_descriptors_ = true;
+    lines.push_back(fmt::format("{} = {}", descriptor_name(op), d));
+    return descriptor_name(op);
+  }
+  // The first element of the block, per dim: "[pid_m * BLOCK_M, i_k * BLOCK_K]".
+  std::string descriptor_offsets(const ir::Op& op) const {
+    std::vector<std::string> at;
+    for (int a : access_dims(op)) at.push_back(block_start(a));
+    return py_list(at);
   }
 
   // The pointers, mask and dims of an access: `dims` are the block's (the loaded value's, or
@@ -509,6 +645,14 @@ class Generator {
       case ir::ReduceFn::Min: return "tl.min";
     }
     return "tl.sum";
+  }
+  static std::string combine(ir::ReduceFn f, const std::string& acc, const std::string& x) {
+    switch (f) {
+      case ir::ReduceFn::Sum: return fmt::format("{} + {}", acc, x);
+      case ir::ReduceFn::Max: return fmt::format("tl.maximum({}, {})", acc, x);
+      case ir::ReduceFn::Min: return fmt::format("tl.minimum({}, {})", acc, x);
+    }
+    return x;
   }
   static std::string identity(ir::ReduceFn f, DType t) {
     DType kt = kernel_type(t);
@@ -638,14 +782,16 @@ class Generator {
     auto in_dims = [&](size_t i) { return k_.value(op.inputs[i]).dims; };
     if (op.kind == OpKind::Store) {
       const ir::HostTensor& t = k_.tensors[size_t(op.tensor)];
-      std::vector<int> dims;
-      for (const ir::Index& e : op.index)
-        if (e.kind == ir::Index::Kind::Axis) dims.push_back(e.axis);
-      Address at = address(op, dims, lines);
+      std::vector<int> dims = access_dims(op);
       size_t last = op.inputs.size() - 1;
       std::string v = align(in(last), in_dims(last), dims, true, op);
       if (kernel_type(t.dtype) != kernel_type(in_dtype(last)) || kernel_type(t.dtype) != t.dtype)
         v = fmt::format("{}.to({})", paren(v), tl_type(t.dtype));
+      if (std::string d = descriptor_of(op, lines); !d.empty()) {
+        lines.push_back(fmt::format("{}.store({}, {})  # store {}  ({})", d, descriptor_offsets(op), v, shown(t.name), loc));
+        return;
+      }
+      Address at = address(op, dims, lines);
       std::string m = at.mask.empty() ? "" : ", mask=" + at.mask;
       // hl::atomic_add: programs that add into one element meet in tl.atomic_add (in no fixed
       // order: float sums may differ in their last bits from run to run).
@@ -659,9 +805,13 @@ class Generator {
     switch (op.kind) {
       case OpKind::Load: {
         const ir::HostTensor& t = k_.tensors[size_t(op.tensor)];
-        Address at = address(op, r.dims, lines);
-        e = at.mask.empty() ? fmt::format("tl.load({})", at.pointers)
-                            : fmt::format("tl.load({}, mask={}, other=0)", at.pointers, at.mask);
+        if (std::string d = descriptor_of(op, lines); !d.empty()) {
+          e = fmt::format("{}.load({})", d, descriptor_offsets(op));
+        } else {
+          Address at = address(op, r.dims, lines);
+          e = at.mask.empty() ? fmt::format("tl.load({})", at.pointers)
+                              : fmt::format("tl.load({}, mask={}, other=0)", at.pointers, at.mask);
+        }
         if (kernel_type(t.dtype) != t.dtype || kernel_type(r.dtype) != kernel_type(t.dtype))
           e = fmt::format("{}.to({})", e, tl_type(kernel_type(r.dtype)));
         what = "load " + shown(t.name);
@@ -732,6 +882,7 @@ class Generator {
             x = fmt::format("tl.where({}, {}, {})", align(m, {axis}, in_dims(0), false, op), x, identity(op.reduce, r.dtype));
         }
         e = fmt::format("{}({}, axis={}{})", reduce_fn(op.reduce), x, op.dim, op.keepdim ? ", keep_dims=True" : "");
+        if (an_.looped(axis)) e = combine(op.reduce, name(op.result), e);  // this block into the running result
         what = fmt::format("{} over {}", ir::name(op.reduce), ir::dim_name(k_, axis));
         break;
       }
@@ -786,9 +937,10 @@ class Generator {
       std::string what;
       if (in.scalar) {
         what = fmt::format("grid index {}: one element per program", ax.name);
-      } else if (in.loop >= 0) {
+      } else if (in.loop >= 0 || in.looped) {
         int64_t blocks = an_.blocks(int(a));
-        what = fmt::format("{} dim {}: {} elements in {} block{}{}", in.grid ? "tiled" : "inner-loop", ax.name,
+        what = fmt::format("{} dim {}: {} elements in {} block{}{}",
+                           in.looped ? "looped reduction" : in.grid ? "tiled" : "inner-loop", ax.name,
                            ax.extent - in.begin, blocks, blocks == 1 ? "" : "s",
                            in.end >= 0 ? ", up to a bound computed on the device" : in.masked ? ", the last one partial" : "");
       } else {
@@ -906,6 +1058,11 @@ class Generator {
         out += fmt::format("    {} = torch.empty({}, dtype={}, device={})\n", n, py_tuple(shape), torch_type(t.dtype), device);
       }
     }
+    if (uses_descriptors_) {
+      out += "    # Tensor descriptors take a scratch allocation on the device (TMA).\n";
+      out += fmt::format("    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, "
+                         "device={}))\n", device);
+    }
     std::vector<std::string> args;
     for (const ir::HostTensor& t : k_.tensors) args.push_back(py_name(t.name));
     for (const ir::ScalarParam& s : k_.scalars) args.push_back(py_name(s.name));
@@ -940,19 +1097,10 @@ Footprint check(const plan::Plan& p, const Gpu& g) {
   auto fail = [&](const std::string& rule, const std::string& hint) {
     throw ConfigError("triton: " + rule, format_location(k.loc), hint);
   };
-  for (size_t a = 0; a < k.axes.size(); ++a) {
-    const ir::Axis& ax = k.axes[a];
-    if (ax.kind == ir::AxisKind::Reduction && !p.persistent[a]) {
-      const ir::BlockParam& bp = k.block_params[size_t(ax.block_param)];
-      fail(fmt::format("{} = {} reduces over dim {} (extent {}) in a loop of blocks; the triton target keeps a "
-                       "reduced dim whole in one block (persistent)",
-                       bp.name, p.block[a], ax.name, ax.extent),
-           fmt::format("set {} to {} (persistent)", bp.name, bp.max));
-    }
-    if (an.tunable(int(a)) && !pow2(an.axes[a].block))
+  for (size_t a = 0; a < k.axes.size(); ++a)
+    if ((an.tunable(int(a)) || an.axes[a].looped) && !pow2(an.axes[a].block))
       fail(fmt::format("{} = {} is not a power of two, which tl.arange needs", an.block_param(int(a)), an.axes[a].block),
            fmt::format("choose a power of two for {}", an.block_param(int(a))));
-  }
   for (const ir::Op& op : k.ops) {
     if (op.kind == OpKind::Dot && op.result >= 0) {
       for (int d : an.dot_dims(op))

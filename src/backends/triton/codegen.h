@@ -25,6 +25,9 @@ inline constexpr const char* kNumStages = "num_stages";
 inline constexpr const char* kGridGroup = "grid_group";
 // tl.dot on f32 operands: "ieee" (exact f32 products) or "tf32" (tensor cores, ~1e-3 relative).
 inline constexpr const char* kDotPrecision = "dot_precision";
+// Tensor accesses: "plain" (pointer blocks with masks) or "descriptor" (tl.make_tensor_descriptor,
+// where the access allows one: TMA on GPUs that have it). Triton 3.9 removed block pointers.
+inline constexpr const char* kPointers = "pointers";
 }  // namespace keys
 
 // tl.dot's smallest block along M, N and K.
