@@ -29,7 +29,12 @@ plan::Plan lower(const std::string& kernel, const std::vector<std::vector<int64_
   std::vector<frontend::ArgSpec> args = specs(shapes, dt);
   for (size_t i = 0; i < args.size() && i < e.kernel->options().arg_names.size(); ++i)
     args[i].name = e.kernel->options().arg_names[i];
-  driver::Specialized s = driver::specialize(*e.kernel, args, "cpu");
+  // The space's defaults follow the machine's limits: pin them (the configs below set every
+  // tunable the expected counts depend on).
+  config::TargetLimits limits;
+  limits.cores = 2;
+  limits.fast_memory_bytes = 1 << 20;
+  driver::Specialized s = driver::specialize(*e.kernel, args, "cpu", limits);
   config::Config c;
   for (const auto& [key, value] : cfg.items()) c.set(key, value);
   return plan::lower(s.ir, driver::complete(s, c), "cpu");
