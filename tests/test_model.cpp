@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "catalogue.h"
@@ -258,6 +259,46 @@ TEST(ModelSchedule, ABigGridIsExtrapolatedFromItsSteadyState) {
   expect_invariants(a);
   double per_step = std::max(hw.step_seconds + 8.0 * 128 / 1e11, 3.0 * 8 * 128 * 4 / 1e11);
   EXPECT_NEAR(a.prediction.seconds, per_step * a.steps_per_core, per_step * 4);
+}
+
+// The cpu target's traced build (deuteron run --timeline) records every grid step once, on a
+// thread of the team, in time order per thread, and computes the same result as the normal
+// build, whose source has none of the tracing.
+TEST(ModelSchedule, TheTracedCpuKernelRecordsEveryGridStepAndComputesTheSame) {
+  const examples::Entry& e = examples::find("add");
+  std::vector<Arg> args = e.inputs({67, 301}, DType::f32, 1);  // ragged against the blocks
+  driver::Specialized s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), "cpu");
+  config::Config c;
+  c.set("block_t0", 16);
+  c.set("block_t1", 128);
+  c.set("num_threads", 2);
+  plan::Plan p = driver::lower(s, driver::complete(s, c));
+  std::string normal = s.backend->emit(p);
+  EXPECT_EQ(normal.find("_trace"), std::string::npos);
+  driver::Bound traced = driver::bind_args(s, args), plain = driver::bind_args(s, args);
+  auto exe = s.backend->compile_traced(p);
+  ASSERT_TRUE(exe);
+  EXPECT_TRUE(exe->step_times().size() == size_t(p.grid_size()));  // zeros before a run
+  exe->run(traced.tensors, traced.scalars);
+  s.backend->compile(p)->run(plain.tensors, plain.scalars);
+  std::vector<backends::Executable::StepTime> steps = exe->step_times();
+  ASSERT_EQ(int64_t(steps.size()), p.grid_size());  // 5 x 3 blocks
+  std::map<int, std::vector<backends::Executable::StepTime>> by_thread;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i].step, int64_t(i));
+    EXPECT_GE(steps[i].start, 0);
+    EXPECT_GE(steps[i].end, steps[i].start);
+    EXPECT_GE(steps[i].thread, 0);
+    EXPECT_LT(steps[i].thread, 2);
+    by_thread[steps[i].thread].push_back(steps[i]);
+  }
+  for (auto& [thread, list] : by_thread) {  // a thread runs one step at a time
+    std::sort(list.begin(), list.end(), [](const auto& x, const auto& y) { return x.start < y.start; });
+    for (size_t i = 1; i < list.size(); ++i) EXPECT_GE(list[i].start, list[i - 1].end) << "thread " << thread;
+  }
+  const Tensor &a = traced.outputs.front(), &b = plain.outputs.front();
+  ASSERT_EQ(a.numel(), b.numel());
+  for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a.get(i), b.get(i));
 }
 
 TEST(Model, StepOverheadBoundsTinyBlocks) {

@@ -76,6 +76,27 @@ ModelChoice best_by_model(const driver::Specialized& s, const config::Config& ba
       if ((i == 0 && p == placements.front()) || better) best = next;
     }
   }
+  // Then one tunable at a time around the best (a few sweeps, while they help): a random draw
+  // rarely gets every choice right at once (a grid order that refetches nothing, say).
+  for (int sweep = 0; sweep < 3 && best.prediction; ++sweep) {
+    bool improved = false;
+    for (const config::Tunable& t : s.space.tunables()) {
+      if (!placement.empty() && (t.name.rfind("inner_", 0) == 0)) continue;  // the forced strategy stays
+      for (const config::Json& v : t.values) {
+        config::Config c = best.config;
+        if (c.has(t.name) && c.values().at(t.name) == v) continue;
+        c.set(t.name, v);
+        ModelChoice next = predict_config(s, c);
+        evaluated += 1;
+        fitted += next.fitted;
+        if (next.prediction && next.prediction->seconds < best.prediction->seconds * (1 - 1e-9)) {
+          best = next;
+          improved = true;
+        }
+      }
+    }
+    if (!improved) break;
+  }
   best.evaluated = evaluated;
   best.fitted = fitted;
   return best;

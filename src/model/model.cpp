@@ -78,29 +78,32 @@ class Lanes {
  public:
   Lanes(bool overlaps, int64_t record, std::vector<Event>* out) : overlaps_(overlaps), record_(record), out_(out) {}
 
-  // A copy or write-back, no earlier than `earliest`; returns its end.
-  double copy(Event::Kind kind, int operand, int64_t step, int64_t trip, int loop, double earliest, double seconds) {
+  // A copy or write-back for `step`, issued during step `issued`, no earlier than `earliest`;
+  // returns its end.
+  double copy(Event::Kind kind, int operand, int64_t step, int64_t trip, int loop, double earliest, double seconds,
+              int64_t issued) {
     double& clock = overlaps_ ? c_.mem : c_.comp;
     double start = std::max(clock, earliest);
     if (!overlaps_) c_.wait += start - clock + seconds;  // one lane: the copy holds up compute
     clock = start + seconds;
-    if (step < record_) out_->push_back({Event::Lane::Memory, kind, operand, step, trip, loop, start, clock});
+    if (issued < record_) out_->push_back({Event::Lane::Memory, kind, operand, step, trip, loop, 1, start, clock});
     return clock;
   }
 
   // Work on the compute lane once `ready`; the wait before it is a bubble or a memory wait.
-  double work(Event::Kind kind, int64_t step, int64_t trip, int loop, double ready, double seconds, bool bubble) {
+  double work(Event::Kind kind, int64_t step, int64_t trip, int loop, double ready, double seconds, bool bubble,
+              int64_t trips = 1) {
     double start = std::max(c_.comp, ready);
     if (start > c_.comp) {
       (bubble ? c_.bubble : c_.wait) += start - c_.comp;
       if (step < record_)
         out_->push_back({Event::Lane::Compute, bubble ? Event::Kind::Bubble : Event::Kind::Wait, -1, step, trip, loop,
-                         c_.comp, start});
+                         1, c_.comp, start});
     }
     c_.comp = start + seconds;
     (kind == Event::Kind::Step ? c_.step : c_.compute) += seconds;
     if (step < record_ && seconds > 0)
-      out_->push_back({Event::Lane::Compute, kind, -1, step, trip, loop, start, c_.comp});
+      out_->push_back({Event::Lane::Compute, kind, -1, step, trip, loop, trips, start, c_.comp});
     return start;
   }
 
@@ -252,18 +255,19 @@ class Model {
     std::vector<Ring> arrived, written;
     for (const Transfer& t : inputs_) arrived.emplace_back(t.lookahead);
     for (size_t i = 0; i < stores_.size(); ++i) written.emplace_back(hw_.overlaps_copies ? 2 : 1);
-    auto fetch = [&](size_t i, int64_t s, double earliest) {
+    auto fetch = [&](size_t i, int64_t s, double earliest, int64_t issued) {
       const Transfer& t = inputs_[i];
-      if (s < steps && changes(t, s)) arrived[i][s / t.period] = lanes.copy(K::Copy, t.operand, s, -1, -1, earliest, t.seconds);
+      if (s < steps && changes(t, s))
+        arrived[i][s / t.period] = lanes.copy(K::Copy, t.operand, s, -1, -1, earliest, t.seconds, issued);
     };
     // The prologue: blocks fetched ahead before the first step.
     for (size_t i = 0; i < inputs_.size(); ++i)
-      for (int64_t s = 0; s + 1 < inputs_[i].lookahead; ++s) fetch(i, s, 0);
+      for (int64_t s = 0; s + 1 < inputs_[i].lookahead; ++s) fetch(i, s, 0, 0);
     if (half == 0) at_half = lanes.clocks();
     for (int64_t s = 0; s < window; ++s) {
       // Single-buffered blocks are fetched once the previous step's compute is done.
       for (size_t i = 0; i < inputs_.size(); ++i)
-        if (inputs_[i].lookahead == 1) fetch(i, s, lanes.now());
+        if (inputs_[i].lookahead == 1) fetch(i, s, lanes.now(), s);
       double ready = 0;
       for (size_t i = 0; i < inputs_.size(); ++i)
         if (changes(inputs_[i], s)) ready = std::max(ready, arrived[i][s / inputs_[i].period]);
@@ -271,13 +275,13 @@ class Model {
         if (changes(stores_[i], s)) ready = std::max(ready, written[i][s / stores_[i].period]);
       double start = lanes.work(K::Step, s, -1, -1, ready, hw_.step_seconds, false);
       for (size_t i = 0; i < inputs_.size(); ++i)
-        if (inputs_[i].lookahead > 1) fetch(i, s + inputs_[i].lookahead - 1, start);
+        if (inputs_[i].lookahead > 1) fetch(i, s + inputs_[i].lookahead - 1, start, s);
       for (const InnerRun& r : inner_) run_inner(lanes, r, s);
       lanes.work(K::Compute, s, -1, -1, lanes.now(), own_seconds_, false);
       for (size_t i = 0; i < stores_.size(); ++i) {
         const Transfer& t = stores_[i];
         if ((s + 1) % t.period == 0 || s + 1 == steps)
-          written[i][s / t.period] = lanes.copy(K::WriteBack, t.operand, s, -1, -1, lanes.now(), t.seconds);
+          written[i][s / t.period] = lanes.copy(K::WriteBack, t.operand, s, -1, -1, lanes.now(), t.seconds, s);
       }
       if (s + 1 == half) at_half = lanes.clocks();
     }
@@ -288,13 +292,14 @@ class Model {
   static void run_inner(Lanes& lanes, const InnerRun& r, int64_t s) {
     using K = Event::Kind;
     if (r.copies.empty() && r.stores.empty()) {  // resident or no memory: back-to-back trips
-      lanes.work(K::Compute, s, 0, r.index, lanes.now(), double(r.trips) * r.seconds, false);
+      lanes.work(K::Compute, s, 0, r.index, lanes.now(), double(r.trips) * r.seconds, false, r.trips);
       return;
     }
     std::vector<Ring> arrived;
     for (const Transfer& t : r.copies) arrived.emplace_back(t.lookahead);
     auto fetch = [&](size_t c, int64_t j, double earliest) {
-      if (j < r.trips) arrived[c][j] = lanes.copy(K::Copy, r.copies[c].operand, s, j, r.index, earliest, r.copies[c].seconds);
+      if (j < r.trips)
+        arrived[c][j] = lanes.copy(K::Copy, r.copies[c].operand, s, j, r.index, earliest, r.copies[c].seconds, s);
     };
     double begin = lanes.now();
     int most = 1;
@@ -310,7 +315,7 @@ class Model {
       double start = lanes.work(K::Compute, s, j, r.index, ready, r.seconds, j == 0);
       for (size_t c = 0; c < r.copies.size(); ++c)
         if (r.copies[c].lookahead > 1) fetch(c, j + r.copies[c].lookahead - 1, start);
-      for (const Transfer& t : r.stores) lanes.copy(K::WriteBack, t.operand, s, j, r.index, lanes.now(), t.seconds);
+      for (const Transfer& t : r.stores) lanes.copy(K::WriteBack, t.operand, s, j, r.index, lanes.now(), t.seconds, s);
     }
   }
 

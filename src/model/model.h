@@ -66,7 +66,8 @@ struct Prediction {
 // The predicted time of plan `p` on `hw`.
 Prediction predict(const plan::Plan& p, const Hardware& hw);
 
-// One interval of the simulated pipeline.
+// One interval of the simulated pipeline. A schedule records the events issued during its
+// first steps (a copy issued ahead belongs to a later step).
 struct Event {
   enum class Lane { Memory, Compute };
   enum class Kind {
@@ -83,6 +84,7 @@ struct Event {
   int64_t step = 0;   // the grid step (of this core) it belongs to
   int64_t trip = -1;  // the inner loop's trip, or -1 for the grid level
   int loop = -1;      // the inner loop (index into Plan::inner_loops), or -1
+  int64_t trips = 1;  // Compute: the trips it stands for (a loop without copies runs them back to back)
   double start = 0, end = 0;  // seconds from the kernel's start
 };
 const char* name(Event::Kind k);

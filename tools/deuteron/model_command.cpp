@@ -121,7 +121,7 @@ void write_run_timeline(const std::string& path, int steps, const std::string& w
     std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.start < b.start; });
     TimelineLane lane{fmt::format("thread {}", thread), {}};
     for (size_t i = 0; i < list.size() && i < size_t(steps); ++i) {
-      lane.bars.push_back({list[i].start, list[i].end, "grid step, measured", fmt::format("step {}", list[i].step)});
+      lane.bars.push_back({list[i].start, list[i].end, "measured grid step", fmt::format("step {}", list[i].step)});
       shown_end = std::max(shown_end, list[i].end);
     }
     measured.lanes.push_back(lane);

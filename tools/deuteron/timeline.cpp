@@ -17,7 +17,7 @@ namespace {
 constexpr int kWidth = 1800;
 constexpr double kLeft = 190, kRight = 40;  // the lanes' names left of the plot
 constexpr double kLaneHeight = 46, kLaneGap = 10;
-constexpr double kTitleHeight = 52, kAxisHeight = 44, kPanelGap = 18;
+constexpr double kTitleHeight = 66, kAxisHeight = 44, kPanelGap = 18;
 
 struct Rgb {
   double r, g, b;
@@ -207,7 +207,10 @@ TimelinePanel schedule_panel(const model::Schedule& s, const std::string& title,
     switch (e.kind) {
       case K::Copy: b.key = "copy " + tensor; b.label = block; break;
       case K::WriteBack: b.key = "write-back " + tensor; b.label = block; break;
-      case K::Compute: b.key = "compute"; b.label = e.trip >= 0 ? fmt::format("{}", e.trip) : ""; break;
+      case K::Compute:
+        b.key = "compute";
+        b.label = e.trips > 1 ? fmt::format("inner loop: {} trips", e.trips) : e.trip >= 0 ? fmt::format("{}", e.trip) : "";
+        break;
       case K::Step: b.key = "grid step overhead"; break;
       case K::Bubble: b.key = "bubble: an inner loop waits for its first block"; break;
       case K::Wait: b.key = "waiting for memory"; break;
@@ -261,7 +264,7 @@ void write_timeline_png(const std::string& path, const std::string& heading, con
     }
     fill(cr, {0, 0, 0});
     std::string label = keys[i];
-    if (label.rfind("copy ", 0) == 0) label = label.substr(5) + " blocks copied in (labelled by inner trip)";
+    if (label.rfind("copy ", 0) == 0) label = label.substr(5) + " blocks copied in (an inner loop's numbered by trip)";
     else if (label.rfind("write-back ", 0) == 0) label = label.substr(11) + " blocks written back";
     text(cr, x + 36, y + 13, label, 13);
   }

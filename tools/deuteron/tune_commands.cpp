@@ -33,7 +33,7 @@ struct TuneCli {
   std::string progress = "auto", inject, chip;
   uint64_t seed = 0;
   bool retune = false, json = false, no_warm_start = false, by_model = false;
-  int model_candidates = 200;
+  int model_candidates = 400;
   int jobs = 0, max_candidates = 0;
   double time_budget = 0;
 };
@@ -298,7 +298,7 @@ void add_tune_commands(CLI::App& app) {
                  "choose by the performance model, without a device or inputs, and cache it as model-chosen (a "
                  "measured tune on the device replaces it)");
   tune->add_option("--chip", o.chip, "the hardware to tune for (pallas: v4, v5e, v5p, v6e, v7x)");
-  tune->add_option("--model-candidates", o.model_candidates, "--by-model: random configs predicted per strategy (default 200)")
+  tune->add_option("--model-candidates", o.model_candidates, "--by-model: random configs predicted per strategy (default 400)")
       ->check(CLI::Range(1, 100000));
   tune->add_flag("--no-warm-start", o.no_warm_start, "do not seed the search with other shapes' configs");
   // More compile workers than that only share the cores (1000 started 37 compilers on 2).
