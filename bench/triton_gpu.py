@@ -303,7 +303,7 @@ def main(argv=None) -> int:
 def markdown(result) -> str:
     def ms(d):
         if "error" in d:
-            return "error"
+            return "-" if d["error"].startswith("not tuned") else "error"
         if "median_ms" not in d:
             return "-"
         return f"{d['median_ms']:.4f}" + ("" if d.get("correct") else " WRONG")
