@@ -111,6 +111,14 @@ CacheKey model_key(const driver::Specialized& s) {
 }
 
 std::optional<CacheEntry> model_entry(const driver::Specialized& s) {
+  // Only when the kernel has a model-chosen entry for this specialisation is its key made: the
+  // key asks for the model's hardware description (on the cpu, the measured roofline), which
+  // a kernel call without one should not wait for.
+  bool any = false;
+  for (const ListedEntry& le : list_entries(s.kernel->name()))
+    any = any || (le.entry && le.entry->info.value("origin", "") == "model" && le.entry->key.spec_key == s.key &&
+                  le.entry->key.target == s.backend->name());
+  if (!any) return std::nullopt;
   CacheKey key;
   try {
     key = model_key(s);
