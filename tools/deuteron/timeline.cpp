@@ -264,7 +264,7 @@ void write_timeline_png(const std::string& path, const std::string& heading, con
     }
     fill(cr, {0, 0, 0});
     std::string label = keys[i];
-    if (label.rfind("copy ", 0) == 0) label = label.substr(5) + " blocks copied in (an inner loop's numbered by trip)";
+    if (label.rfind("copy ", 0) == 0) label = label.substr(5) + " blocks copied in (inner-loop copies numbered by trip)";
     else if (label.rfind("write-back ", 0) == 0) label = label.substr(11) + " blocks written back";
     text(cr, x + 36, y + 13, label, 13);
   }
