@@ -52,6 +52,14 @@ if(TARGET deuteron_cli)
   set_tests_properties(pallas_flash_peer PROPERTIES TIMEOUT 600 LABELS pallas)
   add_test(NAME triton_catalogue COMMAND bash ${PROJECT_SOURCE_DIR}/tests/target_catalogue.sh $<TARGET_FILE:deuteron_cli> triton --interpret)
   set_tests_properties(triton_catalogue PROPERTIES TIMEOUT 1200 LABELS triton)
+  # deuteron aot: a build compiled by examples/aot (cpu), and the Python targets' modules.
+  foreach(mode cpu pallas triton)
+    add_test(NAME aot_${mode} COMMAND bash ${PROJECT_SOURCE_DIR}/tests/aot_test.sh $<TARGET_FILE:deuteron_cli>
+                                      ${PROJECT_SOURCE_DIR} ${CMAKE_COMMAND} ${mode})
+  endforeach()
+  set_tests_properties(aot_cpu PROPERTIES TIMEOUT 600 LABELS "aot;consumer")
+  set_tests_properties(aot_pallas PROPERTIES TIMEOUT 600 LABELS "aot;pallas")
+  set_tests_properties(aot_triton PROPERTIES TIMEOUT 600 LABELS "aot;triton")
 endif()
 
 deuteron_layer_files(tests DEPENDS api examples FILES ${DEUTERON_TEST_SOURCES})
