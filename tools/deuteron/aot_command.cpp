@@ -152,11 +152,15 @@ config::Config generalize(const driver::Specialized& probe, config::Config c) {
     const std::string& name = probe.ir.block_params[size_t(ax.block_param)].name;
     const config::Tunable* t = probe.space.find(name);
     if (!t) continue;
-    int64_t now = c.has(name) ? c.integer(name) : probe.space.default_config().integer(name), pick = -1;
-    for (const auto& v : t->values)
-      if (v.is_number_integer() && v.get<int64_t>() < ax.extent && v.get<int64_t>() <= now)
-        pick = std::max(pick, v.get<int64_t>());
-    if (pick > 0) c.set(name, pick);
+    // The largest block below the dim and at most the tuned one, else the smallest below the dim.
+    int64_t now = c.has(name) ? c.integer(name) : probe.space.default_config().integer(name), pick = -1, least = -1;
+    for (const auto& v : t->values) {
+      if (!v.is_number_integer() || v.get<int64_t>() >= ax.extent) continue;
+      int64_t b = v.get<int64_t>();
+      if (b <= now) pick = std::max(pick, b);
+      least = least < 0 ? b : std::min(least, b);
+    }
+    if (pick > 0 || least > 0) c.set(name, pick > 0 ? pick : least);
   }
   return driver::complete(probe, c);
 }
