@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `deuteron aot`, end to end. Usage: aot_test.sh path/to/deuteron SOURCE_DIR CMAKE cpu|pallas|triton
-#   cpu:    builds softmax and matmul for examples/aot/shapes.txt into a folder with a hostile
+#   cpu:    builds softmax, matmul and cross_entropy for examples/aot/shapes.txt into a folder with a hostile
 #           name, builds examples/aot (the consumer: references in plain double loops) against
 #           only what aot wrote, static and shared, runs it on built and unbuilt shapes and bad
 #           calls; checks the library needs nothing of Deuteron; and bad command lines.
@@ -52,15 +52,17 @@ if [ "$MODE" = cpu ]; then
     bad "aot tuning and cache: $(tail -3 "$WORK/tune1.log") / $(tail -3 "$WORK/tune2.log")"
   fi
 
-  if "$BIN" aot softmax,matmul --shapes "$SRC/examples/aot/shapes.txt" --out "$OUT" --effort none >"$WORK/aot.log" 2>&1; then
-    ok "aot softmax,matmul into a folder named $OUT"
+  if "$BIN" aot softmax,matmul,cross_entropy --shapes "$SRC/examples/aot/shapes.txt" --out "$OUT" --effort none >"$WORK/aot.log" 2>&1; then
+    ok "aot softmax,matmul,cross_entropy into a folder named $OUT"
   else
     bad "aot softmax,matmul: $(tail -5 "$WORK/aot.log")"
   fi
-  grep -q "softmax: 3 tuned variants, [1-3] general variants\? for other shapes" "$WORK/aot.log" && grep -q "matmul: 3 tuned variants, [1-3] general variants\? for other shapes" "$WORK/aot.log" \
-    && ok "each kernel has its tuned variants and a general one" || bad "variants: $(cat "$WORK/aot.log")"
+  grep -q "softmax: 3 tuned variants, [1-3] general variants\? for other shapes" "$WORK/aot.log" &&
+    grep -q "matmul: 3 tuned variants, [1-3] general variants\? for other shapes" "$WORK/aot.log" &&
+    grep -q "cross_entropy: 1 tuned variant, no general variant (.*atomic_adds in a fixed order" "$WORK/aot.log" \
+    && ok "softmax and matmul have tuned and general variants; cross_entropy, whose code cannot be general, says why" || bad "variants: $(cat "$WORK/aot.log")"
   # Same inputs, same files.
-  "$BIN" aot softmax,matmul --shapes "$SRC/examples/aot/shapes.txt" --out "$HOSTILE" --effort none >/dev/null 2>&1
+  "$BIN" aot softmax,matmul,cross_entropy --shapes "$SRC/examples/aot/shapes.txt" --out "$HOSTILE" --effort none >/dev/null 2>&1
   if diff -r "$OUT" "$HOSTILE" >/dev/null && [ ! -e "$WORK/pwned" ] && [ ! -e pwned ]; then
     ok "a second build, into a folder with quotes, ';' and \$(...) in its name, writes byte-identical files"
   else

@@ -1,9 +1,10 @@
 // A program that uses kernels built ahead of time (`deuteron aot`), with nothing of Deuteron
 // but the header and the library that build wrote. It runs softmax and matmul at the shapes the
-// build tuned and at others (the general variants), checks every output against plain loops in
-// double precision, and checks that bad calls fail with a code and a message.
+// build tuned and at others (the general variants), and cross_entropy, checks every output
+// against plain loops in double precision, and checks that bad calls fail with a code and a
+// message.
 //
-//   deuteron aot softmax,matmul --shapes shapes.txt --out kernels
+//   deuteron aot softmax,matmul,cross_entropy --shapes shapes.txt --out kernels
 //   cmake -S examples/aot -B build-aot -DAOT_DIR=$PWD/kernels && cmake --build build-aot
 //   build-aot/aot_consumer
 #include <cmath>
@@ -30,6 +31,12 @@ std::vector<float> random_values(size_t n, unsigned seed) {
   std::vector<float> v(n);
   for (float& x : v) x = u(rng);
   return v;
+}
+
+void expect_error(int rc, int want, const char* says, const std::string& what) {
+  std::string message = deuteron_kernels_last_error();
+  check(rc == want && message.find(says) != std::string::npos,
+        what + ": rc " + std::to_string(rc) + ", message '" + message + "'");
 }
 
 // The variant a call runs: its name says whether it was tuned for the shape or is general.
@@ -79,10 +86,34 @@ void matmul_case(int64_t m, int64_t k, int64_t n, const std::string& want_kind) 
             " of the tolerance " + deuteron_kernels_last_error());
 }
 
-void expect_error(int rc, int want, const char* says, const std::string& what) {
-  std::string message = deuteron_kernels_last_error();
-  check(rc == want && message.find(says) != std::string::npos,
-        what + ": rc " + std::to_string(rc) + ", message '" + message + "'");
+// cross_entropy has no general variant (its float atomic adds are summed in a fixed order, in
+// per-thread copies of the output): its built shape runs, another fails with NO_VARIANT, and a
+// label outside the logits' row fails its index check.
+void cross_entropy_cases() {
+  const int64_t n = 8, v = 10;
+  std::vector<float> logits = random_values(size_t(n * v), 4), loss(1, NAN);
+  std::vector<int64_t> labels = {3, 0, 9, -100, 5, 5, 1, 7};  // -100: ignored
+  int rc = deuteron_kernels_cross_entropy(logits.data(), labels.data(), loss.data(), -100, n, v);
+  double sum = 0;
+  int counted = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (labels[size_t(i)] == -100) continue;
+    double mx = -INFINITY, s = 0;
+    for (int64_t j = 0; j < v; ++j) mx = std::fmax(mx, double(logits[size_t(i * v + j)]));
+    for (int64_t j = 0; j < v; ++j) s += std::exp(double(logits[size_t(i * v + j)]) - mx);
+    sum += std::log(s) + mx - double(logits[size_t(i * v + labels[size_t(i)])]);
+    ++counted;
+  }
+  double want = sum / counted;
+  check(rc == DEUTERON_KERNELS_OK && std::fabs(loss[0] - want) < 1e-5 * (1 + std::fabs(want)),
+        "cross_entropy 8x10 (tuned): rc " + std::to_string(rc) + ", loss " + std::to_string(loss[0]) + ", wanted " +
+            std::to_string(want));
+  labels[2] = 12;
+  expect_error(deuteron_kernels_cross_entropy(logits.data(), labels.data(), loss.data(), -100, n, v),
+               DEUTERON_KERNELS_INDEX_OUT_OF_RANGE, "index 12 is out of range for dim 1 of logits (size 10)",
+               "cross_entropy with a label past the row");
+  expect_error(deuteron_kernels_cross_entropy(logits.data(), labels.data(), loss.data(), -100, n - 1, v),
+               DEUTERON_KERNELS_NO_VARIANT, "no variant for 7x10", "cross_entropy at a shape not built");
 }
 
 void bad_calls() {
@@ -132,6 +163,7 @@ int main() {
   matmul_case(129, 5, 257, "general");
   matmul_case(17, 1, 33, "general");
   matmul_case(300, 200, 100, "general");
+  cross_entropy_cases();
   bad_calls();
   std::printf("%s: %d failure%s\n", failures ? "FAILED" : "passed", failures, failures == 1 ? "" : "s");
   return failures ? 1 : 0;

@@ -41,12 +41,20 @@ struct Roofline {
 
 // One variant of a kernel in an ahead-of-time build (`deuteron aot`): source that builds and
 // runs without Deuteron, and what calling its entry point needs.
+// An index a variant checks (cpu: status word 1 + its number says it failed): a dim of one
+// of the IR's host tensors, indexed with values the kernel computed.
+struct AotIndexCheck {
+  int tensor = -1;
+  int dim = -1;
+  std::string where;  // the line in the user's kernel
+};
+
 struct AotVariant {
   std::string source;
   std::string entry;  // the function to call (cpu: an extern "C" symbol; python: `run`)
   int64_t scratch_per_thread = 0;
   int threads = 1;
-  std::vector<std::string> index_checks;  // cpu: what status word 1 + i means, and where
+  std::vector<AotIndexCheck> index_checks;
 };
 
 class Backend {

@@ -73,14 +73,21 @@ std::string params_of(const Kernel& k) {
   return fmt::format("{}", fmt::join(p, ", "));
 }
 
+// Text for a /* */ comment: one line that cannot end it.
+std::string comment(const std::string& s) {
+  std::string out = runtime::escaped(s);
+  for (size_t at = out.find("*/"); at != std::string::npos; at = out.find("*/", at)) out.replace(at, 2, "* /");
+  return out;
+}
+
 std::string header(const Build& b) {
   std::string n = b.name, N = n;
   for (char& c : N) c = char(std::toupper(static_cast<unsigned char>(c)));
   std::string h = fmt::format(R"TXT(// {0}: kernels built ahead of time by Deuteron for the cpu target.
 //   {1}
 // Plain C; nothing else of Deuteron is needed to build or run them (CMakeLists.txt builds the
-// library). Tensors are contiguous, row-major, {2}, in memory the caller owns; outputs are
-// written in place. Every entry point returns {3}_OK or an error code, and {0}_last_error()
+// library). Tensors are contiguous, row-major, {2} (bfloat16 and float16 as their 16-bit
+// patterns, uint16_t), in memory the caller owns; outputs are written in place. Every entry point returns {3}_OK or an error code, and {0}_last_error()
 // says what went wrong (for the calling thread). A shape built ahead of time runs its tuned
 // variant; any other runs the general variant of the tuned shape nearest it (log-size
 // distance), which reads its sizes at run time.
@@ -129,7 +136,7 @@ int {5}_{6}_tensors({8});
 const char* {5}_{6}_variant({9});
 )TXT",
                      k.name, describe(k), names, shapes_text(k.tuned),
-                     k.general.empty() ? "other shapes fail with _NO_VARIANT (" + runtime::escaped(k.no_general) + ")"
+                     k.general.empty() ? "other shapes fail with _NO_VARIANT (" + comment(k.no_general) + ")"
                                        : "other shapes run a general variant",
                      n, k.ident, params_of(k), fmt::join(views, ", "),
                      fmt::format("{}", fmt::join([&] {
@@ -185,6 +192,10 @@ struct Variant {{
   int threads;
   int general_index;  // tuned: the general variant for shapes nearest this one (-1: none)
 }};
+struct IndexCheck {{
+  int tensor, dim;
+  const char* where;
+}};
 struct KernelSpec {{
   const char* name;
   int rank;  // shape parameters
@@ -197,7 +208,7 @@ struct KernelSpec {{
   int tuned_count;
   const Variant* general;  // nullptr: none (why_no_general)
   const char* why_no_general;
-  const char* const* checks;
+  const IndexCheck* checks;  // what status word 1 + i of a variant means
   int check_count;
 }};
 
@@ -299,7 +310,12 @@ int launch(const KernelSpec& k, const int64_t* shape, void* const* tensors, cons
     v->general(tensors, scalars, fast, v->scratch_per_thread, status, sizes);
   }}
   if (status[0] > 0) {{
-    const char* what = status[0] <= k.check_count ? k.checks[status[0] - 1] : "an index check";
+    std::string what = "an index the kernel computed";
+    if (status[0] <= k.check_count) {{
+      const IndexCheck& c = k.checks[status[0] - 1];
+      what = "dim " + std::to_string(c.dim) + " of " + k.tensor[c.tensor].name + " (size " +
+             std::to_string(size_at(k.tensor[c.tensor].dims[c.dim], shape)) + "), indexed at " + c.where;
+    }}
     return fail({2}_INDEX_OUT_OF_RANGE, std::string(k.name) + ": index " + std::to_string(status[1]) +
                                             " is out of range for " + what + "; the outputs are incomplete");
   }}
@@ -396,8 +412,10 @@ std::string kernel_dispatch(const Build& b, const Kernel& k) {
   s += fmt::format("const Variant {}_tuned[] = {{\n{}\n}};\n", K, fmt::join(tuned, "\n"));
   if (!general.empty()) s += fmt::format("const Variant {}_general[] = {{\n{}\n}};\n", K, fmt::join(general, "\n"));
   std::vector<std::string> checks;
-  for (const std::string& c : k.tuned.front().code.index_checks) checks.push_back(c_string(c));
-  s += fmt::format("const char* const {}_checks[] = {{{}}};\n", K, checks.empty() ? "nullptr" : fmt::format("{}", fmt::join(checks, ", ")));
+  // The same checks in every variant: they come from the kernel's indexing, not its shape.
+  for (const backends::AotIndexCheck& c : k.tuned.front().code.index_checks)
+    checks.push_back(fmt::format("{{{}, {}, {}}}", c.tensor, c.dim, c_string(c.where)));
+  s += fmt::format("const IndexCheck {}_checks[] = {{{}}};\n", K, checks.empty() ? "{-1, -1, nullptr}" : fmt::format("{}", fmt::join(checks, ", ")));
   s += fmt::format(
       "const KernelSpec {0}_spec = {{{1}, {2}, {0}_params, {3}, {0}_tensors, {4}, {0}_axes, {0}_tuned, {5}, {6}, {7}, "
       "{0}_checks, {8}}};\n\n}}  // namespace\n",

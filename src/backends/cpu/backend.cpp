@@ -130,7 +130,7 @@ std::string CpuBackend::emit(const plan::Plan& p) const { return generate(cpu::r
 backends::AotVariant CpuBackend::emit_aot(const plan::Plan& base, const std::string& entry, bool general) const {
   CpuPlan p = cpu::refine(base);
   backends::AotVariant v{generate(p, {entry, general}), entry, scratch_per_thread(p), std::max(p.threads, 1), {}};
-  for (const IndexCheck& c : index_checks(p)) v.index_checks.push_back(c.what + " at " + c.where);
+  for (const IndexCheck& c : index_checks(p)) v.index_checks.push_back({p.kernel.ops[size_t(c.op)].tensor, c.dim, c.where});
   return v;
 }
 
