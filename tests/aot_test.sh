@@ -106,6 +106,7 @@ if [ "$MODE" = cpu ]; then
   expect_error "hostile kernel name" "unknown kernel" "$BIN" aot 'soft$(touch pwned);max' --shapes 4x4 --out "$WORK/x"
   [ ! -e pwned ] && [ ! -e "$WORK/pwned" ] && ok "a hostile kernel name runs nothing" || bad "a hostile name ran"
   expect_error "kernel given twice" "given twice" "$BIN" aot softmax,softmax --shapes 4x4 --out "$WORK/x"
+  expect_error "shapes file that does not exist" "is no file and no list of shapes" "$BIN" aot softmax --shapes "$WORK/none.txt" --out "$WORK/x"
   expect_error "bad size in the list" "'ab' is not a positive integer" "$BIN" aot softmax --shapes '4xab' --out "$WORK/x"
   expect_error "size 0" "is not a positive integer" "$BIN" aot softmax --shapes '0x4' --out "$WORK/x"
   expect_error "wrong rank" "has 3 sizes; kernel 'softmax' takes 2" "$BIN" aot softmax --shapes 'softmax:4x4x4' --out "$WORK/x"

@@ -57,7 +57,11 @@ std::map<std::string, std::vector<std::vector<int64_t>>> parse_shapes(const std:
                                                                       const std::vector<const examples::Entry*>& kernels) {
   std::string list = text;
   std::error_code ec;
-  if (fs::is_regular_file(text, ec)) {
+  bool from_file = fs::is_regular_file(text, ec);
+  if (!from_file && text.find_first_of("/.") != std::string::npos && text.find_first_of(";:\n") == std::string::npos)
+    throw ArgumentError(fmt::format("--shapes '{}' is no file and no list of shapes", runtime::escaped(text)), "",
+                        "name a file that exists, or list shapes: 'softmax:130x1000;matmul:64x64x64'");
+  if (from_file) {
     std::ifstream in(text);
     std::stringstream ss;
     ss << in.rdbuf();
