@@ -87,10 +87,11 @@ std::string header(const Build& b) {
 //   {1}
 // Plain C; nothing else of Deuteron is needed to build or run them (CMakeLists.txt builds the
 // library). Tensors are contiguous, row-major, {2} (bfloat16 and float16 as their 16-bit
-// patterns, uint16_t), in memory the caller owns; outputs are written in place. Every entry point returns {3}_OK or an error code, and {0}_last_error()
-// says what went wrong (for the calling thread). A shape built ahead of time runs its tuned
-// variant; any other runs the general variant of the tuned shape nearest it (log-size
-// distance), which reads its sizes at run time.
+// patterns, uint16_t), in memory the caller owns; outputs are written in place. Every entry
+// point returns {3}_OK or an error code, and {0}_last_error() says what went wrong (for the
+// calling thread). A shape built ahead of time runs its tuned variant; any other runs the
+// general variant of the tuned shape nearest it (log-size distance), which reads its sizes at
+// run time.
 #pragma once
 
 #include <stdint.h>
@@ -382,6 +383,10 @@ int dtype_code(DType t) {
 
 std::string kernel_dispatch(const Build& b, const Kernel& k) {
   const std::string& n = b.name;
+  size_t sizes = k.axes.size();
+  for (const TensorArg& t : k.tensors) sizes += 2 * t.dims.size();
+  if (!k.general.empty() && sizes > 256)  // the prelude's `sizes` array
+    throw ArgumentError(fmt::format("kernel '{}' has {} sizes for its general variant, more than 256", k.name, sizes));
   std::string K = k.ident;
   std::string s = fmt::format("\n// ---- {}: {} ----\n", k.name, describe(k));
   for (const Variant& v : k.tuned)
