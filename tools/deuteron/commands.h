@@ -10,6 +10,7 @@
 
 #include "autotune/autotune.h"
 #include "catalogue.h"
+#include "driver/driver.h"
 #include "frontend/tracer.h"
 
 namespace deuteron::cli {
@@ -49,5 +50,12 @@ void add_tune_commands(CLI::App& app);
 void add_model_commands(CLI::App& app);
 // aot (aot_command.cpp: ahead-of-time builds).
 void add_aot_commands(CLI::App& app);
+
+// deuteron run --timeline: runs the kernel of `s` with `config` on `bound` once more, compiled
+// to record each grid step's thread and times, and draws the first `steps` steps of each
+// thread beside the model's prediction for the same plan into the PNG at `path`. Throws
+// ArgumentError for a target that cannot record its steps.
+void write_run_timeline(const std::string& path, int steps, const std::string& what, const driver::Specialized& s,
+                        const config::Config& config, const driver::Bound& bound);
 
 }  // namespace deuteron::cli

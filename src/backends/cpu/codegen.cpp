@@ -102,12 +102,20 @@ class Generator {
  public:
   Generator(const CpuPlan& p, const GenerateOptions& o)
       : p_(p), k_(p.kernel), checks_(index_checks(p)), ordered_(ordered_targets(p.kernel)),
-        rt_(o.runtime_sizes), entry_(o.entry.empty() ? entry_name(p) : o.entry) {
+        rt_(o.runtime_sizes), trace_(o.trace), entry_(o.entry.empty() ? entry_name(p) : o.entry) {
     if (rt_) check_runtime_sizes();
   }
 
   std::string run() {
     header();
+    if (trace_) {
+      line("// Tracing (deuteron run --timeline): per grid step, its thread, start and end time.");
+      line(fmt::format("extern \"C\" {{ double* {}_trace = nullptr; }}", entry_));
+      line("struct deuteron_step_trace {");
+      line("  double* row;  // thread, start, end");
+      line("  ~deuteron_step_trace() { if (row) row[2] = omp_get_wtime(); }  // every way out of the step");
+      line("};");
+    }
     line(fmt::format("extern \"C\" void {}(void* const* tensors, const double* scalars, char* scratch,", entry_));
     line(rt_ ? "                                long scratch_per_thread, int64_t* status, const int64_t* sizes) {"
              : "                                long scratch_per_thread, int64_t* status) {");
@@ -138,6 +146,10 @@ class Generator {
     }
     line(fmt::format("for (int64_t pid = 0; pid < {}; ++pid) {{", rt_ ? "grid" : std::to_string(p_.grid_size())));
     ++indent_;
+    if (trace_) {
+      line(fmt::format("deuteron_step_trace step_trace{{{0}_trace ? {0}_trace + 3 * pid : nullptr}};", entry_));
+      line("if (step_trace.row) step_trace.row[0] = omp_get_thread_num(), step_trace.row[1] = omp_get_wtime();");
+    }
     grid_indices(grid);
     for (const plan::BlockSpec& s : p_.operands)
       if (s.loop == int(&grid - k_.loops.data()) && s.placement == plan::Placement::Staged) emit_block_copy(s, grid, false);
@@ -1222,6 +1234,7 @@ class Generator {
   const std::vector<IndexCheck> checks_;
   const std::vector<int> ordered_;  // tensors whose atomic adds are summed in a fixed order
   const bool rt_;                   // a general variant: sizes read at run time
+  const bool trace_;                // time each grid step (GenerateOptions::trace)
   const std::string entry_;
   std::string out_;
   int indent_ = 0;
