@@ -423,6 +423,7 @@ int main(int argc, char** argv) {
   deuteron::cli::add_core_commands(app);
   deuteron::cli::add_tune_commands(app);
   deuteron::cli::add_model_commands(app);
+  deuteron::cli::add_aot_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -78,15 +78,12 @@ int cmd_tune(const TuneCli& o) {
   // The same inputs `deuteron run` makes (seed 1), so the two agree on the specialisation.
   std::vector<Arg> args = e.inputs(shape, dt, 1);
   driver::Specialized s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), o.target);
-  autotune::TuneOptions t;
+  autotune::TuneOptions t = tune_options(e, args);
   t.effort = o.effort;
   t.search = o.search;
   t.seed = o.seed;
   t.read_cache = !o.retune;
   t.warm_start = !o.no_warm_start;
-  t.args = args;
-  if (e.reference) t.reference = e.reference;
-  t.tolerance = [&e](DType d) { return examples::tolerance_for(e, d); };
   t.jobs = o.jobs;
   t.max_candidates = o.max_candidates;
   t.time_budget_s = o.time_budget;
@@ -279,6 +276,14 @@ int cmd_cache_clear(const std::string& what, bool all) {
 }
 
 }  // namespace
+
+autotune::TuneOptions tune_options(const examples::Entry& e, const std::vector<Arg>& args) {
+  autotune::TuneOptions t;
+  t.args = args;
+  if (e.reference) t.reference = e.reference;
+  t.tolerance = [&e](DType d) { return examples::tolerance_for(e, d); };
+  return t;
+}
 
 void add_tune_commands(CLI::App& app) {
   static TuneCli o;

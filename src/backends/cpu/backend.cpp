@@ -144,11 +144,23 @@ std::string CpuBackend::describe(const plan::Plan& p) const {
 
 std::string CpuBackend::emit(const plan::Plan& p) const { return generate(cpu::refine(p)); }
 
+backends::AotVariant CpuBackend::emit_aot(const plan::Plan& base, const std::string& entry, bool general) const {
+  CpuPlan p = cpu::refine(base);
+  backends::AotVariant v{generate(p, {.entry = entry, .runtime_sizes = general}), entry, scratch_per_thread(p), std::max(p.threads, 1), {}};
+  for (const IndexCheck& c : index_checks(p)) v.index_checks.push_back({p.kernel.ops[size_t(c.op)].tensor, c.dim, c.where});
+  return v;
+}
+
+std::vector<std::pair<std::string, std::string>> CpuBackend::aot_support_files() const {
+  return {{"deuteron_cpu.h", std::string(embedded::deuteron_cpu_h)},
+          {"deuteron_gemm.h", std::string(embedded::deuteron_gemm_h)}};
+}
+
 namespace {
 
 std::unique_ptr<CpuExecutable> compile_plan(const plan::Plan& base, bool trace) {
   CpuPlan p = cpu::refine(base);
-  std::string source = generate(p, trace);
+  std::string source = generate(p, {.trace = trace});
   CompileOptions opts;
   std::string dir = runtime_dir();
   opts.include_dirs = {dir};
