@@ -103,7 +103,12 @@ nb::object hand_over(const Tensor& t) {
 // An output as an array of the framework the inputs came from (no copy).
 nb::object to_python(const Tensor& t, Framework f) {
   switch (f) {
-    case Framework::pytorch: return hand_over<nb::pytorch>(t);
+    case Framework::pytorch: {
+      if (t.dtype() == DType::bf16) return hand_over<nb::pytorch>(t);  // numpy has no bfloat16
+      // torch.from_dlpack takes about 8 us; a numpy array shared by torch.from_numpy, 0.6 us.
+      static nb::object* from_numpy = new nb::object(nb::module_::import_("torch").attr("from_numpy"));
+      return (*from_numpy)(hand_over<nb::numpy>(t));
+    }
     case Framework::jax: return hand_over<nb::jax>(t);
     case Framework::numpy: break;
   }
@@ -376,6 +381,9 @@ std::vector<PyKernel> load(const std::string& path) {
 NB_MODULE(_deuteron, m) {
   m.doc() = "Deuteron's native module; use the deuteron package";
   nb::register_exception_translator(translate);
+  // Kernels held at exit by registries outside Python's teardown order (torch.library's ops,
+  // jax's jit caches) are still alive when nanobind counts: not leaks, so no warning.
+  nb::set_leak_warnings(false);
 
   nb::class_<PyKernel>(m, "Kernel")
       .def_prop_ro("name", [](const PyKernel& k) { return k.kernel->name(); })

@@ -33,9 +33,15 @@ def test_complex_dtype():
 
 
 def test_wrong_rank():
-    with pytest.raises(deuteron.Error) as e:
-        softmax(np.ones((2, 3, 4), dtype=np.float32))
-    assert "softmax.cpp" in e.value.where, e.value
+    with pytest.raises(deuteron.KernelError) as e:
+        deuteron.catalogue["matmul"](np.ones(3, np.float32), np.ones((3, 2), np.float32))
+    assert "size(1) of a tensor with 1 dims" in e.value.message and "matmul.cpp:" in e.value.where
+
+
+def test_mismatched_shapes():
+    with pytest.raises(deuteron.ArgumentError) as e:
+        deuteron.catalogue["matmul"](np.ones((2, 3), np.float32), np.ones((4, 2), np.float32))
+    assert "y's first dim is not x's second" in e.value.message and "matmul.cpp:" in e.value.where
 
 
 def test_wrong_arity():
