@@ -6,7 +6,8 @@
 Pre-norm block:  h = x + attention(rms_norm(x)) @ wo;  out = h + swiglu(rms_norm(h) @ w1, rms_norm(h) @ w3) @ w2.
 Every step is a catalogue kernel (matmul, rms_norm, attention, swiglu, add) called on torch tensors;
 the same block in PyTorch (F.scaled_dot_product_attention, F.silu) is the reference. It checks the
-two agree, then times each (median over interleaved rounds, same inputs, torch on the same threads).
+two agree, then times each (median over interleaved rounds, same inputs, both on all cores,
+OMP_WAIT_POLICY=passive unless set).
 The first call of each shape picks its config: with --effort quick (the default) it tunes, which
 takes a few minutes once; the configs are cached for the next run.
 """
@@ -30,6 +31,11 @@ def parse():
 
 args = parse()
 os.environ["DEUTERON_AUTOTUNE_EFFORT"] = args.effort  # read by each kernel's first call of a shape
+# Deuteron's kernels and PyTorch each run their own OpenMP thread pool. With OpenMP's default
+# (active) waiting, one pool's threads spin on the cores after each call while the other's
+# want them: interleaved, both measured 4-5x slower here. Passive waiting (read when OpenMP
+# loads, so before the imports) lets each have the cores in turn.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -91,7 +97,8 @@ def main():
     }
     x = torch.randn(args.batch, args.seq, d)
     print(f"block: batch {args.batch}, seq {args.seq}, dim {d}, heads {args.heads}, hidden {f}; "
-          f"float32 on the CPU, {torch.get_num_threads()} torch threads; effort {args.effort}")
+          f"float32 on the CPU, {torch.get_num_threads()} torch threads, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}; "
+          f"effort {args.effort}")
 
     t0 = time.perf_counter()
     got = deuteron_block(x, p)  # first calls: configs picked, kernels compiled

@@ -155,7 +155,12 @@ struct PyKernel {
         continue;
       }
       nb::ndarray<nb::ro> a;
-      if (!nb::try_cast(h, a, false))
+      if (!nb::try_cast(h, a, false) && nb::hasattr(h, "__dlpack__"))
+        throw ArgumentError(fmt::format("{} is a {} of dtype {} that it does not hand over through DLPack",
+                                        arg_label(i), nb::cast<std::string>(nb::str(h.type())),
+                                        nb::cast<std::string>(nb::str(nb::getattr(h, "dtype", nb::str("?"))))),
+                            "", "numpy arrays of bfloat16 (ml_dtypes) cannot be: pass a torch or jax array");
+      if (!a.is_valid())
         throw ArgumentError(fmt::format("{} is a {}; a kernel takes tensors (torch.Tensor, jax.Array, "
                                         "numpy.ndarray: anything with __dlpack__) and Python numbers",
                                         arg_label(i), nb::cast<std::string>(nb::str(h.type()))));

@@ -27,6 +27,13 @@ def test_unsupported_dtype():
     assert "float32" in e.value.hint
 
 
+def test_numpy_bfloat16_is_refused_by_name():
+    import ml_dtypes
+
+    with pytest.raises(deuteron.ArgumentError, match="of dtype bfloat16 that it does not hand over through DLPack"):
+        softmax(np.ones((2, 3), dtype=ml_dtypes.bfloat16))
+
+
 def test_complex_dtype():
     with pytest.raises(deuteron.ArgumentError, match="dtype complex64"):
         softmax(torch.ones(2, 3, dtype=torch.complex64))

@@ -2,6 +2,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import deuteron
 import deuteron.jax
@@ -32,3 +33,12 @@ def test_eval_shape_traces_without_running():
     out = jax.eval_shape(lambda x, w: rms_norm(x, w, 1e-5), jax.ShapeDtypeStruct((8, 33), jnp.float32),
                          jax.ShapeDtypeStruct((33,), jnp.float32))
     assert out[0].shape == (8, 33) and out[1].shape == (8,)
+
+
+def test_bfloat16_outside_jit_and_a_clear_error_inside(rng):
+    x = jnp.asarray(rng.uniform(-4, 4, (3, 130)).astype(np.float32)).astype(jnp.bfloat16)
+    y = deuteron.catalogue["softmax"](x)
+    assert isinstance(y, jax.Array) and y.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(y, np.float32), softmax_ref(np.asarray(x, np.float32)), rtol=1e-2, atol=1e-3)
+    with pytest.raises(deuteron.ArgumentError, match="bfloat16 arrays cannot reach a kernel inside a pure_callback"):
+        jax.jit(softmax)(x)
