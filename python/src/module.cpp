@@ -122,6 +122,17 @@ Framework framework_of(nb::handle obj) {
   return Framework::numpy;
 }
 
+// What the array's own __dlpack__ says when asked (a torch tensor that requires grad, a numpy
+// array of a dtype DLPack has no code for).
+std::string why_no_dlpack(nb::handle h) {
+  try {
+    h.attr("__dlpack__")();
+  } catch (nb::python_error& e) {
+    return nb::cast<std::string>(nb::str(e.value()));
+  }
+  return "its dtype, device or layout is one nanobind does not take";
+}
+
 // ---- kernels ---------------------------------------------------------------------------
 
 struct PyKernel {
@@ -156,10 +167,10 @@ struct PyKernel {
       }
       nb::ndarray<nb::ro> a;
       if (!nb::try_cast(h, a, false) && nb::hasattr(h, "__dlpack__"))
-        throw ArgumentError(fmt::format("{} is a {} of dtype {} that it does not hand over through DLPack",
+        throw ArgumentError(fmt::format("{} is a {} of dtype {} that does not hand itself over through DLPack: {}",
                                         arg_label(i), nb::cast<std::string>(nb::str(h.type())),
-                                        nb::cast<std::string>(nb::str(nb::getattr(h, "dtype", nb::str("?"))))),
-                            "", "numpy arrays of bfloat16 (ml_dtypes) cannot be: pass a torch or jax array");
+                                        nb::cast<std::string>(nb::str(nb::getattr(h, "dtype", nb::str("?")))),
+                                        why_no_dlpack(h)));
       if (!a.is_valid())
         throw ArgumentError(fmt::format("{} is a {}; a kernel takes tensors (torch.Tensor, jax.Array, "
                                         "numpy.ndarray: anything with __dlpack__) and Python numbers",

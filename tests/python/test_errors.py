@@ -30,8 +30,14 @@ def test_unsupported_dtype():
 def test_numpy_bfloat16_is_refused_by_name():
     import ml_dtypes
 
-    with pytest.raises(deuteron.ArgumentError, match="of dtype bfloat16 that it does not hand over through DLPack"):
+    with pytest.raises(deuteron.ArgumentError, match="of dtype bfloat16 that does not hand itself over through DLPack"):
         softmax(np.ones((2, 3), dtype=ml_dtypes.bfloat16))
+
+
+def test_tensor_that_requires_grad_is_read_without_autograd():
+    x = torch.ones(2, 3, requires_grad=True)
+    y = softmax(x)  # kernels have no backward: the output is a plain tensor
+    assert not y.requires_grad and torch.allclose(y, torch.full((2, 3), 1 / 3))
 
 
 def test_complex_dtype():
