@@ -6,8 +6,8 @@ catalogue's softmax on a [1, 128] float32 tensor, in the same run.
 C++: bench/call_overhead.cpp (KernelBase::run, and the compiled kernel alone). Python: the
 kernel called on a numpy array, a torch tensor and a jax array (each call imports the input by
 DLPack and hands a new output to the caller's framework); then deuteron.torch.op (a torch custom
-op) and deuteron.jax.op under jax.jit (a pure_callback) beside torch.softmax and a jitted
-jax.nn.softmax. Medians over rounds of calls, in µs per call; prints one JSON object.
+op) and deuteron.jax.op under jax.jit (an XLA FFI call, and a pure_callback) beside
+torch.softmax and a jitted jax.nn.softmax. Medians over rounds of calls, in µs per call; prints one JSON object.
 """
 import argparse
 import json
@@ -49,7 +49,8 @@ def main():
     x = np.random.default_rng(1).uniform(-1, 1, (1, 128)).astype(np.float32)
     xt, xj = torch.from_numpy(x), jnp.asarray(x)
     op_torch = deuteron.torch.op(softmax)
-    jit_deuteron = jax.jit(deuteron.jax.op(softmax))
+    jit_ffi = jax.jit(deuteron.jax.op(softmax, via="ffi"))
+    jit_callback = jax.jit(deuteron.jax.op(softmax, via="pure_callback"))
     jit_jax = jax.jit(jax.nn.softmax)
     cpp = json.loads(subprocess.run([a.cpp_program, str(a.calls), str(a.rounds)], check=True,
                                     capture_output=True, text=True).stdout)
@@ -61,7 +62,8 @@ def main():
         "python_jax_us": median_us(lambda: softmax(xj), a.calls, a.rounds),
         "torch_custom_op_us": median_us(lambda: op_torch(xt), a.calls, a.rounds),
         "torch_softmax_us": median_us(lambda: torch.softmax(xt, -1), a.calls, a.rounds),
-        "jax_jit_pure_callback_us": median_us(lambda: jit_deuteron(xj).block_until_ready(), a.calls // 4, a.rounds),
+        "jax_jit_ffi_us": median_us(lambda: jit_ffi(xj).block_until_ready(), a.calls // 4, a.rounds),
+        "jax_jit_pure_callback_us": median_us(lambda: jit_callback(xj).block_until_ready(), a.calls // 4, a.rounds),
         "jax_jit_softmax_us": median_us(lambda: jit_jax(xj).block_until_ready(), a.calls // 4, a.rounds),
     }
     r = {k: round(v, 2) for k, v in r.items()}

@@ -394,6 +394,10 @@ std::vector<PyKernel> load(const std::string& path) {
 
 }  // namespace
 
+#ifdef DEUTERON_JAX_FFI
+void add_jax_ffi(nb::module_& m);  // jax_ffi.cpp
+#endif
+
 NB_MODULE(_deuteron, m) {
   m.doc() = "Deuteron's native module; use the deuteron package";
   nb::register_exception_translator(translate);
@@ -408,6 +412,7 @@ NB_MODULE(_deuteron, m) {
       .def_prop_ro("defined_at", [](const PyKernel& k) { return format_location(k.kernel->location()); })
       .def_prop_ro("summary", [](const PyKernel& k) { return k.entry ? k.entry->summary : std::string(); })
       .def_prop_ro("arg_kinds", &PyKernel::arg_kinds)
+      .def_prop_ro("address", [](const PyKernel& k) { return reinterpret_cast<uintptr_t>(k.kernel); })
       .def("__call__", &PyKernel::call)
       .def("run_on", &PyKernel::run_on)
       .def("emit", &PyKernel::emit)
@@ -423,4 +428,7 @@ NB_MODULE(_deuteron, m) {
   m.def("load", &load);
   m.def("targets", [] { return backends::names(); });
   m.def("_set_error_classes", [](nb::dict d) { error_classes() = d; });
+#ifdef DEUTERON_JAX_FFI
+  add_jax_ffi(m);
+#endif
 }
