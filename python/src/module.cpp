@@ -4,7 +4,6 @@
 // (python/deuteron/) adds the framework wrappers and the error classes.
 #include <dlfcn.h>
 
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
