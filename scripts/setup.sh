@@ -20,7 +20,7 @@ done
 
 # What each package is for is listed in README.md.
 PACKAGES=(g++ cmake ninja-build libfmt-dev nlohmann-json3-dev libcli11-dev libxxhash-dev
-          libdlpack-dev libgtest-dev)
+          libdlpack-dev libgtest-dev pkg-config libcairo2-dev)
 # The Python package's native module compiles against the interpreter's headers (Debian's
 # python3 lacks them; a pyenv build has its own).
 if [ "$WITH_PYTHON" -eq 1 ]; then PACKAGES+=(python3-dev); fi
