@@ -5,6 +5,7 @@
 #   triton    the Triton target (its Python runner under Triton's interpreter)
 #   autotune  the autotuner
 #   consumer  projects that use the library: find_package and add_subdirectory
+#   python    the Python package (tests/python, pytest; needs `pip install .` into .venv)
 # `ctest -L unit` runs one group, `ctest -LE consumer` all but one.
 find_package(GTest REQUIRED)
 enable_testing()
@@ -77,3 +78,11 @@ set_tests_properties(layers PROPERTIES TIMEOUT 120 LABELS unit)
 add_test(NAME consumers COMMAND bash ${PROJECT_SOURCE_DIR}/tests/consumers/consumers_test.sh ${PROJECT_BINARY_DIR}
                                 ${PROJECT_SOURCE_DIR} ${CMAKE_COMMAND})
 set_tests_properties(consumers PROPERTIES TIMEOUT 1500 LABELS consumer)
+
+# The Python package's tests (tests/python, pytest) against the package installed in .venv
+# (scripts/setup.sh --python runs `pip install .` before the tests). The user kernel library
+# test installs this build into a fresh prefix and builds tests/python/kernel_library there.
+add_test(NAME python COMMAND ${PROJECT_SOURCE_DIR}/.venv/bin/python -m pytest -q -p no:cacheprovider
+                             ${PROJECT_SOURCE_DIR}/tests/python)
+set_tests_properties(python PROPERTIES TIMEOUT 1200 LABELS python
+                     ENVIRONMENT "DEUTERON_BUILD_DIR=${PROJECT_BINARY_DIR};DEUTERON_CMAKE=${CMAKE_COMMAND}")

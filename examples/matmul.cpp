@@ -14,6 +14,7 @@ namespace deuteron::examples {
 // it.
 static const auto matmul = deuteron::kernel("matmul", [](hl::Tensor x, hl::Tensor y) {
   int64_t m = x.size(0), k = x.size(1), n = y.size(1);
+  hl::expect(y.size(0) == k, "x is [M, K] and y must be [K, N]: y's first dim is not x's second");
   auto out = hl::empty({m, n}, x.dtype());
   for (auto [tm, tn] : hl::tile({m, n}, {"m", "n"})) {
     auto acc = hl::zeros({tm, tn});

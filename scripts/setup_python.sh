@@ -3,7 +3,8 @@
 #
 #   scripts/setup_python.sh           jax/jaxlib/numpy for the Pallas tests (python/requirements-pallas.txt)
 #   scripts/setup_python.sh --triton  adds torch and triton for the Triton tests (requirements-triton.txt;
-#                                     ~3 GB download, ~6 GB installed: what CI installs)
+#                                     ~3 GB download, ~6 GB installed: what CI installs), and what
+#                                     the Python package builds and tests with (requirements-package.txt)
 #   scripts/setup_python.sh --bench   adds matplotlib to those (python/requirements-bench.txt)
 #   scripts/setup_python.sh --force   reinstall even if the stamp says it is up to date
 #
@@ -60,7 +61,7 @@ req_hash() {  # $1 = mode
   {
     printf 'python %s %s\n' "$BASE_REAL" "$BASE_VER"
     cat "$REPO/python/requirements-pallas.txt"
-    [ "$1" != pallas ] && cat "$REPO/python/requirements-triton.txt"
+    [ "$1" != pallas ] && cat "$REPO/python/requirements-triton.txt" "$REPO/python/requirements-package.txt"
     [ "$1" = bench ] && cat "$REPO/python/requirements-bench.txt"
     true
   } | sha256sum | cut -d' ' -f1
@@ -131,6 +132,10 @@ _twice[(1,)](x, 3, BLOCK=4)
 assert x.tolist() == [2.0, 2.0, 2.0], x
 print("setup_python: ok: torch %s, triton %s (interpreter runs)" % (torch.__version__, triton.__version__))
 EOF
+fi
+if [ "$MODE" != pallas ]; then
+  "$VENV/bin/python" -c 'import scikit_build_core, nanobind, pytest; print("setup_python: ok: scikit-build-core %s, nanobind %s, pytest %s" % (scikit_build_core.__version__, nanobind.__version__, pytest.__version__))' \
+    || die "scikit-build-core, nanobind or pytest do not import"
 fi
 if [ "$MODE" = bench ]; then
   "$VENV/bin/python" -c 'import matplotlib; print("setup_python: ok: matplotlib %s" % matplotlib.__version__)' \

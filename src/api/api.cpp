@@ -19,6 +19,12 @@ driver::Choice choose_config(const driver::Specialized& s) {
   return autotune::choose(s, effort);
 }
 
+driver::Choice untuned_config(const driver::Specialized& s) {
+  if (std::optional<config::Config> c = driver::pinned_config(s)) return {*c, "pinned", false};
+  if (std::optional<config::Config> c = autotune::cached(s)) return {*c, "cache", false};
+  return {s.space.default_config(), "default", false};
+}
+
 RunResult run(const KernelBase& k, const std::vector<Arg>& args, const std::string& target,
               const std::optional<config::Config>& config) {
   driver::Specialized s = driver::specialize(k, frontend::describe_args(k, args), target);

@@ -18,6 +18,9 @@ namespace deuteron::api {
 // the tuner's cache, else tuning (effort from the options, DEUTERON_AUTOTUNE_EFFORT overrides),
 // else the default.
 driver::Choice choose_config(const driver::Specialized& s);
+// The config a call would use without tuning now: pinned, else cached, else the default (what
+// `deuteron emit` prints and the Python package's kernel.config() reports).
+driver::Choice untuned_config(const driver::Specialized& s);
 
 // One call with an explicit target and (optionally) config; what the CLI and tests use.
 struct RunResult {

@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "api/api.h"
-#include "autotune/autotune.h"
 #include "backends/registry.h"
 #include "config/keys.h"
 #include "catalogue.h"
@@ -251,16 +250,13 @@ int cmd_emit(const RunOptions& o, bool ir, bool plan) {
     text = ir::print(s.ir) + "config space:\n" + s.space.describe();
   } else {
     // Printing never tunes: the given config, else the pinned or cached one, else the default.
-    c = s.space.default_config();
     if (auto cfg = pick_config(o.config)) {
       c = driver::complete(s, *cfg);
       origin = "given";
-    } else if (auto pinned = driver::pinned_config(s)) {
-      c = *pinned;
-      origin = "pinned";
-    } else if (auto cached = autotune::cached(s)) {
-      c = *cached;
-      origin = "cache";
+    } else {
+      driver::Choice choice = api::untuned_config(s);
+      c = choice.config;
+      origin = choice.origin;
     }
     if (!o.json)
       std::cerr << fmt::format("deuteron: {} config{}\n", origin,
