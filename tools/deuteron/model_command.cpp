@@ -2,6 +2,7 @@
 // at any shape (no inputs are made) and without the device.
 #include <iostream>
 #include <random>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -21,6 +22,8 @@ struct ModelOptions {
   std::string kernel, target = "cpu", shapes, dtype = "float32", config, chip, strategy;
   std::optional<std::string> shape;
   int candidates = 400;
+  int sample = 0;
+  uint64_t seed = 1;
   bool json = false;
 };
 
@@ -63,12 +66,64 @@ Outcome evaluate(const driver::Specialized& s, const config::Config& c) {
   return o;
 }
 
+// What the model says of one outcome, for --json.
+Json outcome_json(const driver::Specialized& s, const Outcome& out) {
+  Json j = {{"config", out.config.to_json()}, {"fits", bool(out.prediction)}};
+  if (!out.prediction) {
+    j["why"] = out.why;
+    return j;
+  }
+  const model::Prediction& m = *out.prediction;
+  j.update({{"hardware", s.backend->model_hardware(driver::lower(s, out.config))->name},
+            {"predicted_ms", m.seconds * 1e3},
+            {"tflops", m.tflops()},
+            {"gbps", m.gbps()},
+            {"peak_fraction", m.peak_fraction},
+            {"bound", model::name(m.bound)},
+            {"breakdown_ms",
+             {{"compute", m.compute_seconds * 1e3},
+              {"memory", m.memory_seconds * 1e3},
+              {"step_overhead", m.overhead_seconds * 1e3},
+              {"bubble", m.bubble_seconds * 1e3}}}});
+  return j;
+}
+
+// --sample N: N distinct configs of the space other than the default that lower (drawn with
+// --seed, so the same N every time), with the model's prediction of each: the configs the
+// validation against measured times (bench/model_validation.py) times besides the default.
+int cmd_sample(const ModelOptions& o, const examples::Entry& e, const std::vector<int64_t>& shape, DType dt,
+               const driver::Specialized& s) {
+  std::mt19937_64 rng(o.seed);
+  std::set<std::string> seen = {s.space.default_config().dump()};
+  Json rows = Json::array();
+  for (int tries = 0; int(rows.size()) < o.sample && tries < 200 * o.sample; ++tries) {
+    config::Config c = s.space.random(rng);
+    if (!seen.insert(c.dump()).second) continue;
+    Outcome out = evaluate(s, c);
+    if (!out.prediction) continue;
+    rows.push_back(outcome_json(s, out));
+  }
+  if (o.json) {
+    std::cout << Json{{"kernel", e.name}, {"target", o.target}, {"shape", shape}, {"dtype", dtype_name(dt)},
+                      {"seed", o.seed}, {"samples", rows}}.dump()
+              << "\n";
+    return 0;
+  }
+  for (const Json& r : rows)
+    fmt::print("{:>10.4g} ms  {:<15} {}\n", r["predicted_ms"].get<double>(), r["bound"].get<std::string>(),
+               r["config"].dump());
+  if (int(rows.size()) < o.sample)
+    fmt::print("(only {} valid configs other than the default were found)\n", rows.size());
+  return 0;
+}
+
 int cmd_model(const ModelOptions& o) {
   select_chip(o.target, o.chip);
   const examples::Entry& e = examples::find(o.kernel);
   std::vector<int64_t> shape = pick_shape(e, o.shape, o.shapes.empty() ? "bench" : o.shapes, o.target);
   DType dt = pick_dtype(e, o.dtype);
   driver::Specialized s = driver::specialize(*e.kernel, arg_specs(e, shape, dt), o.target);
+  if (o.sample > 0) return cmd_sample(o, e, shape, dt, s);
 
   config::Config base = o.config.empty() ? s.space.default_config() : config::Config::parse(o.config);
   Outcome best;
@@ -88,30 +143,10 @@ int cmd_model(const ModelOptions& o) {
     }
   }
 
-  std::string hardware;
-  if (best.prediction) {
-    plan::Plan p = driver::lower(s, best.config);
-    hardware = s.backend->model_hardware(p)->name;
-  }
-  Json j = {{"kernel", e.name}, {"target", o.target}, {"shape", shape}, {"dtype", dtype_name(dt)},
-            {"config", best.config.to_json()}, {"fits", bool(best.prediction)}};
+  Json j = {{"kernel", e.name}, {"target", o.target}, {"shape", shape}, {"dtype", dtype_name(dt)}};
+  j.update(outcome_json(s, best));
   if (!o.strategy.empty()) j["strategy"] = o.strategy;
-  if (best.prediction) {
-    const model::Prediction& m = *best.prediction;
-    j.update({{"hardware", hardware},
-              {"predicted_ms", m.seconds * 1e3},
-              {"tflops", m.tflops()},
-              {"gbps", m.gbps()},
-              {"peak_fraction", m.peak_fraction},
-              {"bound", model::name(m.bound)},
-              {"breakdown_ms",
-               {{"compute", m.compute_seconds * 1e3},
-                {"memory", m.memory_seconds * 1e3},
-                {"step_overhead", m.overhead_seconds * 1e3},
-                {"bubble", m.bubble_seconds * 1e3}}}});
-  } else {
-    j["why"] = best.why;
-  }
+  std::string hardware = j.value("hardware", "");
   if (o.json) {
     std::cout << j.dump() << "\n";
   } else if (best.prediction) {
@@ -142,6 +177,10 @@ void add_model_commands(CLI::App& app) {
   m->add_option("--strategy", o.strategy,
                 "emit_pipeline, unroll or fori_loop on every inner loop; the model picks that strategy's best config");
   m->add_option("--candidates", o.candidates, "configs the --strategy search tries (default 400)")->check(CLI::Range(1, 100000));
+  m->add_option("--sample", o.sample,
+                "print N valid configs other than the default, drawn with --seed, each with its prediction")
+      ->check(CLI::Range(1, 10000));
+  m->add_option("--seed", o.seed, "seed of --sample (default 1)");
   m->add_flag("--json", o.json, "machine-readable output");
   m->callback([] { std::exit(cmd_model(o)); });
 }
