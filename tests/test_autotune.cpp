@@ -34,6 +34,7 @@
 #include "model/model.h"
 #include "runtime/disk_cache.h"
 #include "runtime/process.h"
+#include "test_support.h"
 
 extern char** environ;
 
@@ -729,6 +730,34 @@ TEST_F(Autotune, ModelSearchTimesTheDefaultAndTheTopRanked) {
   autotune::TuneResult q = autotune::tune(s, o);
   EXPECT_EQ(q.search, "model");
   EXPECT_EQ(q.candidates.size(), 2u);
+}
+
+// --search model on a target without a performance model (triton, under its interpreter):
+// the tuner says so and searches as `auto` would; the chosen config was timed. (Label triton:
+// it needs the Python environment.)
+class TritonModelSearch : public Autotune {};
+
+TEST_F(TritonModelSearch, FallsBackWithoutAModel) {
+  testing_support::ScopedEnv device("DEUTERON_TRITON_DEVICE", "interpret");
+  auto args = add_args(20, 37);
+  auto s = driver::specialize(tune_add, frontend::describe_args(tune_add, args), "triton");
+  forget("autotune_test_add");
+  autotune::TuneOptions o = small_options();
+  o.args = args;
+  o.reference = add_reference;
+  o.search = "model";
+  o.max_candidates = 2;
+  o.run_timeout_s = 120;
+  o.write_cache = false;
+  autotune::TuneResult r = autotune::tune(s, o);
+  EXPECT_NE(r.search, "model");
+  EXPECT_NE(r.search_note.find("the triton target has no performance model"), std::string::npos) << r.search_note;
+  EXPECT_NE(r.search_note.find("--search model falls back to " + r.search + " search"), std::string::npos)
+      << r.search_note;
+  const Candidate* best = find(r, r.best);
+  ASSERT_NE(best, nullptr);
+  EXPECT_EQ(best->status, Candidate::Status::Ok) << best->reason;
+  EXPECT_GT(best->median_s, 0);
 }
 
 // The cache: written, read back (same process, then as a new process would), corrupt

@@ -34,6 +34,12 @@ struct Hardware {
   double memory_bytes_per_s = 0;    // HBM or DRAM, all cores together
   double step_seconds = 0;          // fixed cost of one grid step
   bool overlaps_copies = true;      // copies of the next block run under this one's compute
+  // Elements one vector operation works on: a block's last dim is padded to whole vectors
+  // (1: no padding).
+  int vector_lanes = 1;
+  // Memory moves whole lines of this many bytes: each row of a block (its last dim) is rounded
+  // up to whole lines (0: any size).
+  int line_bytes = 0;
 };
 
 // What bounds the kernel: the largest share of its predicted time.
