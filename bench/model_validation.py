@@ -25,8 +25,10 @@ import json
 import math
 import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -164,13 +166,30 @@ def validate_kernel(args, kernel, env):
         if row["measured_ms"] and "error" not in r:
             row["ratio"] = row["predicted_ms"] / row["measured_ms"]
         out.append(row)
-    good = [r for r in out if "ratio" in r]
+    return out, kernel_summary(kernel, shape, out, median(load), notes)
+
+
+def kernel_summary(kernel, shape, rows, load, notes):
+    good = [r for r in rows if "ratio" in r]
     pred, meas = [r["predicted_ms"] for r in good], [r["measured_ms"] for r in good]
-    summary = {"kernel": kernel, "shape": shape, "configs": len(good), "spearman": spearman(pred, meas),
-               "concordance": concordance(pred, meas),
-               "median_ratio": median([r["ratio"] for r in good]) if good else None,
-               "other_load_cores": median(load), "notes": notes}
-    return out, summary
+    return {"kernel": kernel, "shape": shape, "configs": len(good), "spearman": spearman(pred, meas),
+            "concordance": concordance(pred, meas), "median_ratio": median([r["ratio"] for r in good]) if good else None,
+            "other_load_cores": load, "notes": notes, "errors": [f"{x['which']}: {x['error']}" for x in rows if "error" in x]}
+
+
+def rescore(args, saved):
+    """The saved measurements against what the model predicts now (the same configs and shapes)."""
+    rows, summaries = [], []
+    for s in saved["kernels"]:
+        mine = [r for r in saved["rows"] if r["kernel"] == s["kernel"]]
+        for r in mine:
+            j = model_of(args, r["kernel"], ["--shape", ",".join(map(str, r["shape"]))], r["config"])
+            r.update(predicted_ms=j["predicted_ms"], bound=j["bound"], breakdown_ms=j["breakdown_ms"])
+            if "ratio" in r:
+                r["ratio"] = r["predicted_ms"] / r["measured_ms"]
+        rows += mine
+        summaries.append(kernel_summary(s["kernel"], s["shape"], mine, s["other_load_cores"], s["notes"]) if mine else s)
+    return rows, summaries
 
 
 # ---- reports -------------------------------------------------------------------------------------
@@ -184,7 +203,8 @@ def write_reports(out_dir: Path, result):
     (out_dir / "model_validation.json").write_text(json.dumps(result, indent=1) + "\n")
     t = result["totals"]
     lines = [f"# The performance model against measured CPU times ({result['meta']['shapes']} shapes)", "",
-             f"{result['meta']['date']}, {result['meta']['cpu']}, command: `{result['meta']['command']}`", "",
+             f"{result['meta']['date']}, {result['meta']['cpu']}, command: `{result['meta']['command']}`"
+             + (f"; {result['meta']['measured']}" if "measured" in result["meta"] else ""), "",
              f"- rows: {t['rows']} (configs measured correctly), kernels: {t['kernels']}",
              f"- predicted / measured: median **{fmt(t['median_ratio'])}**, geometric mean {fmt(t['geomean_ratio'])}, "
              f"worst {fmt(t['worst_ratio'])} ({t['worst_row']}); within 1.25x either way: "
@@ -228,7 +248,14 @@ def main(argv=None) -> int:
     ap.add_argument("--tune-budget", type=float, default=30)
     ap.add_argument("--deuteron", default=str(REPO / "build" / "deuteron"))
     ap.add_argument("--out", default=str(REPO / "results"))
+    ap.add_argument("--rescore", metavar="JSON", help="re-predict the rows of an earlier model_validation.json with "
+                    "this build's model, keeping its measured times (nothing is run)")
     args = ap.parse_args(argv)
+    # A private copy of the binary: a rebuild during the run cannot change the model half way.
+    snap = Path(tempfile.mkdtemp(prefix="deuteron-model-validation-")) / "deuteron"
+    shutil.copy2(args.deuteron, snap)
+    args.deuteron = str(snap)
+    measured_at = None
 
     env = dict(os.environ)
     listed = json.loads(subprocess.run([args.deuteron, "list", "--json"], capture_output=True, text=True,
@@ -242,6 +269,11 @@ def main(argv=None) -> int:
         kernels = want
 
     rows, summaries = [], []
+    if args.rescore:
+        saved = json.loads(Path(args.rescore).read_text())
+        rows, summaries = rescore(args, saved)
+        kernels = []
+        measured_at = saved["meta"]["date"]
     for k in kernels:
         log(f"{k}: predicting and timing {2 + args.others} configs x {args.rounds} rounds")
         try:
@@ -251,8 +283,7 @@ def main(argv=None) -> int:
             summaries.append({"kernel": k, "shape": [], "configs": 0, "spearman": None, "concordance": None,
                               "median_ratio": None, "other_load_cores": None, "notes": [str(e)]})
             continue
-        s["errors"] = [f"{x['which']}: {x['error']}" for x in r if "error" in x]
-        rows += r
+            rows += r
         summaries.append(s)
         log(f"{k}: median ratio {fmt(s['median_ratio'])}, Spearman {fmt(s['spearman'], '.2f')}, "
             f"concordance {fmt(s['concordance'], '.2f')}, other load {fmt(s['other_load_cores'], '.2f')} cores")
@@ -279,6 +310,8 @@ def main(argv=None) -> int:
             "cpu": platform.processor() or platform.machine(), "shapes": args.shapes,
             "command": "python3 bench/model_validation.py " + " ".join(argv if argv is not None else sys.argv[1:]),
             "deuteron": args.deuteron}
+    if measured_at:
+        meta["measured"] = f"times measured {measured_at} (rescored: predictions of this build)"
     try:
         with open("/proc/cpuinfo") as f:
             meta["cpu"] = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
