@@ -83,6 +83,10 @@ def main(argv=None) -> int:
     ap.add_argument("--deuteron", default=str(REPO / "build" / "deuteron"))
     ap.add_argument("--out", default=str(REPO / "results"))
     args = ap.parse_args(argv)
+    # A private copy of the binary: a rebuild during the run cannot change the model half way.
+    snap = Path(tempfile.mkdtemp(prefix="deuteron-model-search-")) / "deuteron"
+    shutil.copy2(args.deuteron, snap)
+    args.deuteron = str(snap)
 
     rows = []
     for k in args.kernels.split(","):
