@@ -181,7 +181,7 @@ def rescore(args, saved):
     """The saved measurements against what the model predicts now (the same configs and shapes)."""
     rows, summaries = [], []
     for s in saved["kernels"]:
-        mine = [r for r in saved["rows"] if r["kernel"] == s["kernel"]]
+        mine = [r for r in saved["rows"] if r["kernel"] == s["kernel"] and r["shape"] == s["shape"]]
         for r in mine:
             j = model_of(args, r["kernel"], ["--shape", ",".join(map(str, r["shape"]))], r["config"])
             r.update(predicted_ms=j["predicted_ms"], bound=j["bound"], breakdown_ms=j["breakdown_ms"])
@@ -248,8 +248,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tune-budget", type=float, default=30)
     ap.add_argument("--deuteron", default=str(REPO / "build" / "deuteron"))
     ap.add_argument("--out", default=str(REPO / "results"))
-    ap.add_argument("--rescore", metavar="JSON", help="re-predict the rows of an earlier model_validation.json with "
-                    "this build's model, keeping its measured times (nothing is run)")
+    ap.add_argument("--rescore", metavar="JSON[,JSON...]", help="re-predict the rows of earlier model_validation.json "
+                    "files (one table of them all) with this build's model, keeping their measured times (nothing is run)")
     args = ap.parse_args(argv)
     # A private copy of the binary: a rebuild during the run cannot change the model half way.
     snap = Path(tempfile.mkdtemp(prefix="deuteron-model-validation-")) / "deuteron"
@@ -270,10 +270,11 @@ def main(argv=None) -> int:
 
     rows, summaries = [], []
     if args.rescore:
-        saved = json.loads(Path(args.rescore).read_text())
+        files = [json.loads(Path(f).read_text()) for f in args.rescore.split(",")]
+        saved = {"kernels": [k for f in files for k in f["kernels"]], "rows": [r for f in files for r in f["rows"]]}
         rows, summaries = rescore(args, saved)
         kernels = []
-        measured_at = saved["meta"]["date"]
+        measured_at = ", ".join(f["meta"]["date"] for f in files)
     for k in kernels:
         log(f"{k}: predicting and timing {2 + args.others} configs x {args.rounds} rounds")
         try:
@@ -283,11 +284,20 @@ def main(argv=None) -> int:
             summaries.append({"kernel": k, "shape": [], "configs": 0, "spearman": None, "concordance": None,
                               "median_ratio": None, "other_load_cores": None, "notes": [str(e)]})
             continue
-            rows += r
+        rows += r
         summaries.append(s)
         log(f"{k}: median ratio {fmt(s['median_ratio'])}, Spearman {fmt(s['spearman'], '.2f')}, "
             f"concordance {fmt(s['concordance'], '.2f')}, other load {fmt(s['other_load_cores'], '.2f')} cores")
+        write_all(args, argv, rows, summaries, measured_at)  # after each kernel: an interrupted run keeps its rows
+    totals = write_all(args, argv, rows, summaries, measured_at)
+    log(f"median ratio {fmt(totals['median_ratio'])}, worst {fmt(totals['worst_ratio'])} ({totals['worst_row']}); "
+        f"{totals['kernels_ranked_right']} of {totals['kernels_ranked']} kernels ranked right; "
+        f"wrote {args.out}/model_validation.md and .json")
+    return 0
 
+
+def write_all(args, argv, rows, summaries, measured_at):
+    """The totals over `rows`, and the reports; returns the totals."""
     ratios = [r["ratio"] for r in rows if "ratio" in r]
     worst = max((r for r in rows if "ratio" in r), key=lambda r: off_by(r["ratio"]), default=None)
     ranked = [s for s in summaries if s["concordance"] is not None]
@@ -319,10 +329,7 @@ def main(argv=None) -> int:
         pass
     result = {"meta": meta, "totals": totals, "kernels": summaries, "rows": rows}
     write_reports(Path(args.out), result)
-    log(f"median ratio {fmt(med)}, worst {fmt(totals['worst_ratio'])} ({totals['worst_row']}); "
-        f"{totals['kernels_ranked_right']} of {totals['kernels_ranked']} kernels ranked right; "
-        f"wrote {args.out}/model_validation.md and .json")
-    return 0
+    return totals
 
 
 if __name__ == "__main__":
