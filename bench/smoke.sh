@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# CI smoke test of the benchmark harness (bench/run_bench.py): add and softmax at their small
+# CI smoke test of the benchmark harness (bench/run_bench.py, and bench/model_validation.py on
+# add at its small shape, with or without the venv): add and softmax at their small
 # shapes, two runs per round, Deuteron on its default configs (--tune never), against PyTorch
 # eager, torch.compile and jax.jit. Checks that the harness runs end to end, that every
 # system's outputs agree and that the reports are written.
@@ -12,6 +13,30 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="$REPO/.venv/bin/python"
 DEUTERON="${DEUTERON:-$REPO/build/deuteron}"
+
+# The model's validation table (bench/model_validation.py, standard library only: no venv needed):
+# add at its small shape, the default and one drawn config, one round.
+[ -x "$DEUTERON" ] || { echo "bench smoke: FAIL: $DEUTERON is not built" >&2; exit 1; }
+MV="$(mktemp -d "${TMPDIR:-/tmp}/deuteron-model-validation-smoke.XXXXXX")"
+if ! timeout 300 python3 "$REPO/bench/model_validation.py" --kernels add --shapes small --tune never --rounds 1 \
+     --others 1 --deuteron "$DEUTERON" --out "$MV" 2> "$MV/stderr.log" ||
+   ! python3 - "$MV/model_validation.json" <<'PYEOF'
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+t = r["totals"]
+ok = t["rows"] == 2 and all(math.isfinite(x["ratio"]) and x["ratio"] > 0 for x in r["rows"])
+ok = ok and t["median_ratio"] > 0 and r["kernels"][0]["concordance"] is not None
+sys.exit(0 if ok else 1)
+PYEOF
+then
+  echo "bench smoke: FAIL: model_validation.py" >&2
+  tail -20 "$MV/stderr.log" >&2
+  cat "$MV/model_validation.md" >&2 2>/dev/null || true
+  rm -rf "$MV"
+  exit 1
+fi
+rm -rf "$MV"
+echo "bench smoke: model validation ok"
 
 # find_spec rather than import: fast, and a broken install then fails the smoke test.
 if [ ! -x "$PY" ] || ! "$PY" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ("torch", "jax", "matplotlib")))' >/dev/null 2>&1; then

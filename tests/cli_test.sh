@@ -66,6 +66,16 @@ after=$(DEUTERON_AUTOTUNE_EFFORT=quick "$BIN" run softmax --shapes small --json 
 check "a tuned kernel runs from the cache" has "$after" '"config_origin":"cache"'
 check "a tuned kernel's run does not tune" has "$after" '"tuned":false'
 check "a tuned kernel's run does not compile" has "$after" '"compiled":false'
+# The quick effort ranks by the model and times the default and the model's top configs.
+tune=$("$BIN" tune add --shapes small --max-candidates 2 --retune --json 2>&1)
+check "tune --effort quick searches by the model" bash -c "grep -q '\"search\":\"model\"' <<<'$tune' && grep -q 'the model ranked' <<<'$tune'"
+sample=$("$BIN" model softmax --shapes small --sample 3 --json)
+check "model --sample draws 3 valid configs, each predicted, none the default" python3 -c "
+import json, sys
+j = json.loads(sys.argv[1]); d = json.loads(sys.argv[2])['config']; s = j['samples']
+assert len(s) == 3 and len({json.dumps(x['config'], sort_keys=True) for x in s}) == 3, s
+assert all(x['fits'] and x['predicted_ms'] > 0 and x['config'] != d for x in s), s
+" "$sample" "$("$BIN" model softmax --shapes small --json)"
 
 # The pallas target (TPU interpret mode, needs the project's .venv: scripts/setup_python.sh).
 for k in add softmax; do

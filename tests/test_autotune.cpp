@@ -32,8 +32,10 @@
 #include "backends/pallas/backend.h"
 #include "deuteron/deuteron.h"
 #include "driver/driver.h"
+#include "model/model.h"
 #include "runtime/disk_cache.h"
 #include "runtime/process.h"
+#include "test_support.h"
 
 extern char** environ;
 
@@ -261,6 +263,22 @@ TEST(AutotuneSearch, ExhaustiveVisitsEachPointOnceAndUnknownNamesAreErrors) {
   }, 1 << 20);
   EXPECT_EQ(int64_t(seen.size()), space.size());
   EXPECT_THROW(autotune::make_strategy("simulated-annealing", space, {}), ArgumentError);
+}
+
+TEST(AutotuneSearch, ModelSearchTriesTheSeedsThenTheRankingInOrder) {
+  auto space = test_space();
+  std::vector<Config> all = autotune::enumerate(space, 100000);
+  ASSERT_GE(all.size(), 10u);
+  autotune::StrategyOptions so;
+  so.seeds = {space.default_config()};
+  // A ranking that repeats a point and holds the default: each is evaluated once, in order.
+  so.ranked = {all[7], all[3], all[7], space.default_config(), all[9]};
+  auto s = autotune::make_strategy("model", space, so);
+  EXPECT_EQ(s->name(), "model");
+  auto r = autotune::run_search(*s, [](const Config&) { return 1.0; }, 1000);
+  std::vector<Config> want = {space.default_config(), all[7], all[3], all[9]};
+  ASSERT_EQ(r.history.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(r.history[i].first, want[i]) << i;
 }
 
 // ---- pruning, cache keys, small pieces -------------------------------------------------------
@@ -639,6 +657,108 @@ TEST_F(Autotune, ConfigsThatDoNotFitArePrunedBeforeCompiling) {
     EXPECT_FALSE(c.compiled);
   }
   expect_correct(tune_softmax, args, r.best, softmax_reference);
+}
+
+// The model's ranking: every config of a small space, the ones that do not fit left out and
+// counted, fastest predicted first, each prediction the model's own; a target without a model
+// says so.
+TEST_F(Autotune, ModelRanksEveryValidConfig) {
+  std::vector<Arg> args = {Tensor::rand({37, 1000}, DType::f32, 3, -4, 4)};
+  auto s = specialize(tune_softmax, args);
+  autotune::ModelRanking m = autotune::rank_by_model(s);
+  ASSERT_TRUE(m.available) << m.why_not;
+  EXPECT_FALSE(m.sampled);
+  EXPECT_EQ(m.considered, s.space.size());
+  EXPECT_EQ(int64_t(m.configs.size()) + m.pruned, m.considered);
+  ASSERT_GE(m.configs.size(), 2u);
+  for (size_t i = 0; i < m.configs.size(); ++i) {
+    plan::Plan p = driver::lower(s, m.configs[i].config);  // throws if it does not fit
+    EXPECT_DOUBLE_EQ(m.configs[i].predicted_s, model::predict(p, *s.backend->model_hardware(p)).seconds);
+    if (i > 0) EXPECT_LE(m.configs[i - 1].predicted_s, m.configs[i].predicted_s);
+  }
+  EXPECT_LT(m.configs.front().predicted_s, m.configs.back().predicted_s) << "the model tells configs apart";
+  // A space larger than the limit is sampled.
+  autotune::ModelRanking few = autotune::rank_by_model(s, 10);
+  EXPECT_TRUE(few.sampled);
+  EXPECT_EQ(few.considered, 10);
+
+  auto t = driver::specialize(tune_softmax, frontend::describe_args(tune_softmax, args), "triton");
+  autotune::ModelRanking none = autotune::rank_by_model(t);
+  EXPECT_FALSE(none.available);
+  EXPECT_TRUE(none.configs.empty());
+  EXPECT_NE(none.why_not.find("the triton target has no performance model"), std::string::npos) << none.why_not;
+}
+
+// --search model end to end: the default and the model's top configs, in the model's order,
+// are compiled, checked and timed, and nothing else; the best is one of them, valid and
+// correct. The quick effort chooses it on its own.
+TEST_F(Autotune, ModelSearchTimesTheDefaultAndTheTopRanked) {
+  std::vector<Arg> args = {Tensor::rand({37, 1000}, DType::f32, 4, -4, 4)};
+  auto s = specialize(tune_softmax, args);
+  forget("autotune_test_softmax");
+  autotune::TuneOptions o = small_options();
+  o.args = args;
+  o.reference = softmax_reference;
+  o.search = "model";
+  o.max_candidates = 3;
+  o.write_cache = false;
+  autotune::TuneResult r = autotune::tune(s, o);
+  EXPECT_EQ(r.search, "model");
+  EXPECT_NE(r.search_note.find("the model ranked"), std::string::npos) << r.search_note;
+
+  std::vector<Config> want = {s.space.default_config()};
+  for (const autotune::RankedConfig& c : autotune::rank_by_model(s).configs)
+    if (want.size() < 3 && c.config != want.front()) want.push_back(c.config);
+  ASSERT_EQ(r.candidates.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const Candidate& c = r.candidates[i];
+    EXPECT_EQ(c.config, want[i]) << i;
+    EXPECT_EQ(c.origin, i == 0 ? "default" : "search");
+    EXPECT_EQ(c.status, Candidate::Status::Ok) << c.config.dump() << ": " << c.reason;
+    EXPECT_GE(c.samples, 1);
+    EXPECT_GT(c.finished_s, 0);
+  }
+  const Candidate* best = find(r, r.best);
+  ASSERT_NE(best, nullptr) << "the chosen config was timed";
+  EXPECT_EQ(best->status, Candidate::Status::Ok);
+  EXPECT_GT(r.best_s, 0);
+  EXPECT_NO_THROW(driver::lower(s, r.best));
+  expect_correct(tune_softmax, args, r.best, softmax_reference);
+
+  o.search = "auto";
+  o.effort = "quick";
+  o.max_candidates = 2;
+  autotune::TuneResult q = autotune::tune(s, o);
+  EXPECT_EQ(q.search, "model");
+  EXPECT_EQ(q.candidates.size(), 2u);
+}
+
+// --search model on a target without a performance model (triton, under its interpreter):
+// the tuner says so and searches as `auto` would; the chosen config was timed. (Label triton:
+// it needs the Python environment.)
+class TritonModelSearch : public Autotune {};
+
+TEST_F(TritonModelSearch, FallsBackWithoutAModel) {
+  testing_support::ScopedEnv device("DEUTERON_TRITON_DEVICE", "interpret");
+  auto args = add_args(20, 37);
+  auto s = driver::specialize(tune_add, frontend::describe_args(tune_add, args), "triton");
+  forget("autotune_test_add");
+  autotune::TuneOptions o = small_options();
+  o.args = args;
+  o.reference = add_reference;
+  o.search = "model";
+  o.max_candidates = 2;
+  o.run_timeout_s = 120;
+  o.write_cache = false;
+  autotune::TuneResult r = autotune::tune(s, o);
+  EXPECT_NE(r.search, "model");
+  EXPECT_NE(r.search_note.find("the triton target has no performance model"), std::string::npos) << r.search_note;
+  EXPECT_NE(r.search_note.find("--search model falls back to " + r.search + " search"), std::string::npos)
+      << r.search_note;
+  const Candidate* best = find(r, r.best);
+  ASSERT_NE(best, nullptr);
+  EXPECT_EQ(best->status, Candidate::Status::Ok) << best->reason;
+  EXPECT_GT(best->median_s, 0);
 }
 
 // The cache: written, read back (same process, then as a new process would), corrupt

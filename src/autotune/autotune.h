@@ -36,8 +36,11 @@ namespace deuteron::autotune {
 
 struct TuneOptions {
   std::string effort = "quick";  // none (default config), quick (about a minute), full
-  std::string search = "auto";   // auto: exhaustive when the valid space fits the budget, else
-                                 // pattern; or random, pattern, de, exhaustive
+  std::string search = "auto";   // auto: model for the quick effort on a target with a
+                                 // performance model, else exhaustive when the valid space fits
+                                 // the budget, else pattern; or random, pattern, de, exhaustive,
+                                 // model (rank every valid config by the model, compile and time
+                                 // the top ones: 8 quick, 32 full, or max_candidates)
   uint64_t seed = 0;
   bool read_cache = true;   // false: tune again even if an entry exists (--retune)
   bool write_cache = true;  // store the best config (and the log)
@@ -80,6 +83,7 @@ struct Candidate {
   double retimed_s = 0;  // finalists: median of the final round-robin re-timing
   bool compiled = false;  // the compiler ran for it (not a kernel cache hit)
   double compile_s = 0;
+  double finished_s = 0;  // seconds into the tuning run when its result was known
 };
 const char* status_name(Candidate::Status s);
 
@@ -88,6 +92,7 @@ struct TuneResult {
   double best_s = 0, default_s = 0;  // medians measured in the same run (re-timed finalists)
   bool from_cache = false;
   std::string effort, search;
+  std::string search_note;  // why the search is not the one asked for (no model), or how the model ranked
   int tried = 0, ok = 0, failed = 0, rejected = 0, pruned = 0;
   std::map<std::string, int> pruned_reasons;
   double elapsed_s = 0;
@@ -123,6 +128,23 @@ void clear_memory_cache();
 Tolerance accuracy_tolerance(const ir::Kernel& k, const Tensor& baseline);
 // The number of elements the kernel's longest reduction or dot product adds up (1 if none).
 int64_t longest_reduction(const ir::Kernel& k);
+
+// The configs of s's space ranked by the target's performance model, fastest predicted first:
+// every config of a space of at most `limit` points, else `limit` drawn at random (`seed`);
+// those that do not lower (ConfigError) are left out and counted. Not available (why_not says
+// so) when the target has no model.
+struct RankedConfig {
+  config::Config config;
+  double predicted_s = 0;
+};
+struct ModelRanking {
+  bool available = false;
+  std::string why_not;
+  std::vector<RankedConfig> configs;
+  int64_t considered = 0, pruned = 0;
+  bool sampled = false;  // the space was too large to rank whole
+};
+ModelRanking rank_by_model(const driver::Specialized& s, int64_t limit = 20000, uint64_t seed = 0);
 
 // How a ConfigError message is summarised as a pruning reason ("fast memory over budget").
 std::string prune_reason(const std::string& message);

@@ -146,6 +146,28 @@ class ExhaustiveSearch : public Base {
   int64_t index_ = 0;
 };
 
+// The seeds, then a list ranked beforehand (by the performance model), in order.
+class RankedSearch : public Base {
+ public:
+  RankedSearch(const ConfigSpace& space, const StrategyOptions& o) : Base(space, o) {
+    for (const Config& c : o.ranked) ranked_.push_back(c);
+  }
+  std::string name() const override { return "model"; }
+  Proposal next() override {
+    Config c;
+    if (next_seed(&c)) return propose(c);
+    while (!ranked_.empty()) {
+      c = ranked_.front();
+      ranked_.pop_front();
+      if (!proposed(c)) return propose(c);
+    }
+    return {Proposal::Kind::Done, {}};
+  }
+
+ private:
+  std::deque<Config> ranked_;
+};
+
 // Pattern search: best-first neighbourhood moves with restarts.
 //
 // The best few points found so far (top 3) are expanded in turn: their neighbours one step
@@ -404,7 +426,7 @@ class DifferentialEvolution : public Base {
 }  // namespace
 
 const std::vector<std::string>& strategy_names() {
-  static const std::vector<std::string> names = {"random", "pattern", "de", "exhaustive"};
+  static const std::vector<std::string> names = {"random", "pattern", "de", "exhaustive", "model"};
   return names;
 }
 
@@ -414,6 +436,7 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, const ConfigSpa
   if (name == "pattern") return std::make_unique<PatternSearch>(space, options);
   if (name == "de") return std::make_unique<DifferentialEvolution>(space, options);
   if (name == "exhaustive") return std::make_unique<ExhaustiveSearch>(space, options);
+  if (name == "model") return std::make_unique<RankedSearch>(space, options);
   throw ArgumentError(fmt::format("unknown search strategy '{}'", name), "",
                       fmt::format("known strategies: {}", fmt::join(strategy_names(), ", ")));
 }

@@ -1,5 +1,6 @@
 // Search strategies over a config space: random, pattern (neighbourhood moves from the best
-// points, with restarts), differential evolution (over encoded positions) and exhaustive.
+// points, with restarts), differential evolution (over encoded positions), exhaustive, and
+// model (a list ranked beforehand by the target's performance model, tried in order).
 //
 // A strategy proposes configs and is told their cost (lower is better; +inf for a config that
 // was pruned, failed or gave a wrong answer). It never measures anything itself, so the same
@@ -47,10 +48,12 @@ struct StrategyOptions {
   uint64_t seed = 0;
   // How many evaluations the caller means to spend (a hint: population sizes, restarts).
   int budget = 64;
+  // "model": the configs to evaluate after the seeds, most promising first (rank_by_model).
+  std::vector<config::Config> ranked;
 };
 
-// "random", "pattern", "de" (differential evolution) or "exhaustive"; throws ArgumentError
-// naming the known ones.
+// "random", "pattern", "de" (differential evolution), "exhaustive" or "model" (the seeds, then
+// options.ranked in order); throws ArgumentError naming the known ones.
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const config::ConfigSpace& space,
                                         const StrategyOptions& options);
 const std::vector<std::string>& strategy_names();

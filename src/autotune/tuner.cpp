@@ -97,11 +97,12 @@ struct Budget {
   int min_reps, max_reps;
   int finalists;
   double retime_s;  // per finalist
+  int model_top;    // --search model: the top-ranked configs compiled and timed
 };
 
 Budget budget_for(const std::string& effort) {
-  if (effort == "quick") return {48, 50.0, 0.02, 0.10, 3, 60, 4, 0.4};
-  if (effort == "full") return {400, 600.0, 0.05, 0.30, 5, 300, 8, 1.5};
+  if (effort == "quick") return {48, 50.0, 0.02, 0.10, 3, 60, 4, 0.4, 8};
+  if (effort == "full") return {400, 600.0, 0.05, 0.30, 5, 300, 8, 1.5, 32};
   throw ArgumentError(fmt::format("unknown autotuning effort '{}'", effort), "",
                       "use none, quick or full");
 }
@@ -332,6 +333,7 @@ class Tuner {
   double elapsed() const { return runtime::monotonic_seconds() - start_; }
   double run_timeout() const;
   std::string choose_search();
+  std::string choose_search_without_model();
   TuneResult result();
 
   const driver::Specialized& s_;
@@ -346,7 +348,8 @@ class Tuner {
   std::unique_ptr<Arena> arena_;
   std::vector<std::string> runner_cmd_;
   std::unique_ptr<Strategy> strategy_;
-  std::string search_;
+  std::string search_, search_note_;
+  std::vector<Config> ranked_;  // --search model: the configs to try after the seeds
   std::vector<Eval> evals_;
   std::map<std::string, int> by_key_;
   std::map<std::string, std::string> seed_origin_;  // seeds' origins (the strategy proposes them)
@@ -371,7 +374,29 @@ class Tuner {
 };
 
 std::string Tuner::choose_search() {
-  if (o_.search != "auto") return o_.search;
+  // The model ranks every valid config in a second or so; the quick effort uses it where the
+  // target has one, and compiles only the top of the ranking.
+  if (o_.search == "model" || (o_.search == "auto" && o_.effort == "quick")) {
+    ModelRanking m = rank_by_model(s_, 20000, o_.seed);
+    if (m.available) {
+      int top = o_.max_candidates > 0 ? o_.max_candidates : budget_.model_top;
+      for (size_t i = 0; i < m.configs.size() && int(i) < top; ++i) ranked_.push_back(m.configs[i].config);
+      search_note_ = fmt::format("the model ranked {} valid configs ({} {}, {} pruned); the top {} are timed",
+                                 m.configs.size(), m.considered, m.sampled ? "sampled" : "in the space", m.pruned,
+                                 ranked_.size());
+      return "model";
+    }
+    if (o_.search == "model") {
+      std::string fallback = choose_search_without_model();
+      search_note_ = fmt::format("{}: --search model falls back to {} search", m.why_not, fallback);
+      progress_->message(search_note_);
+      return fallback;
+    }
+  }
+  return o_.search == "auto" ? choose_search_without_model() : o_.search;
+}
+
+std::string Tuner::choose_search_without_model() {
   // Small spaces: count what survives pruning (lowering is cheap) and try all of it.
   if (s_.space.size() <= 20000) {
     int valid = 0;
@@ -722,6 +747,7 @@ void Tuner::finish_candidate(int id, Candidate::Status st, const std::string& re
   Eval& e = evals_[size_t(id)];
   e.c.status = st;
   e.c.reason = reason;
+  e.c.finished_s = elapsed();
   e.done = true;
   if (st == Candidate::Status::Failed || st == Candidate::Status::Rejected)
     progress_->message(fmt::format("candidate #{} {} {}: {}", id, e.c.config.dump(),
@@ -849,6 +875,7 @@ TuneResult Tuner::result() {
   TuneResult r;
   r.effort = o_.effort;
   r.search = search_;
+  r.search_note = search_note_;
   r.default_config = s_.space.default_config();
   std::vector<double> compile_times;
   int best = -1;
@@ -889,9 +916,9 @@ void Tuner::write_log(const TuneResult& r) {
   log += fmt::format("# deuteron autotune log, {}\n", now_text());
   log += fmt::format("kernel    {}\nkey       {}\ntarget    {}\nhardware  {}\nversion   {}\nsource    {}\n",
                      key_.kernel, key_.spec_key, key_.target, key_.hardware, key_.version, key_.source_hash);
-  log += fmt::format("effort    {} (budget {:g} s, {} candidates)\nsearch    {} (seed {})\nbaseline  {}\n", o_.effort,
+  log += fmt::format("effort    {} (budget {:g} s, {} candidates)\nsearch    {} (seed {}){}\nbaseline  {}\n", o_.effort,
                      budget_.time_s, budget_.max_candidates, search_, o_.seed,
-                     baseline_from_.empty() ? "none" : baseline_from_);
+                     search_note_.empty() ? "" : ": " + search_note_, baseline_from_.empty() ? "none" : baseline_from_);
   log += fmt::format("space     {} points\n{}", s_.space.size(), s_.space.describe());
   log += "\n# candidate  status  median_ms  retimed_ms  samples  compile_s  origin  config  reason\n";
   for (size_t i = 0; i < r.candidates.size(); ++i) {
@@ -955,6 +982,7 @@ TuneResult Tuner::run() {
   so.seeds = seeds;
   so.seed = o_.seed;
   so.budget = budget_.max_candidates;
+  so.ranked = ranked_;
   strategy_ = make_strategy(search_, s_.space, so);
   progress_->start(fmt::format("tuning {} for {} on {}: {} search, effort {} ({} configs, {} compile jobs; "
                                "DEUTERON_AUTOTUNE_EFFORT=none uses the default config, =full searches longer)",

@@ -360,7 +360,21 @@ class Model {
     double elements = 1;
     for (int64_t b : s.block_shape) elements *= double(b);
     if (s.placement == plan::Placement::Resident && s.elements > 0) elements = double(s.elements);
-    return elements * dtype_size(k_.tensors[size_t(s.tensor)].dtype);
+    double size = dtype_size(k_.tensors[size_t(s.tensor)].dtype);
+    if (hw_.line_bytes > 0 && !s.block_shape.empty() && s.block_shape.back() > 0) {
+      // A row shorter than a line (or not a whole number of them) moves its whole lines.
+      double row = double(s.block_shape.back()) * size;
+      elements *= std::ceil(row / hw_.line_bytes) * hw_.line_bytes / row;
+    }
+    return elements * size;
+  }
+
+  // How much a value's last dim is padded to whole vectors (1 when it fills them).
+  double lane_padding(ir::ValueId v) const {
+    const std::vector<int>& dims = k_.value(v).dims;
+    if (hw_.vector_lanes <= 1 || dims.empty() || dims.back() == ir::kOne) return 1;
+    double inner = double(p_.storage_extent(dims.back()));
+    return std::ceil(inner / hw_.vector_lanes) * hw_.vector_lanes / inner;
   }
 
   // Grid steps between two changes of the block of `s`: 1 when it changes every step, n when
@@ -417,7 +431,7 @@ class Model {
         continue;
       }
       if (op.result < 0 || !p_.computed[size_t(op.result)]) continue;
-      double elements = double(p_.block_elements(op.result));
+      double elements = double(p_.block_elements(op.result)) * lane_padding(op.result);
       switch (op.kind) {
         case ir::OpKind::Dot: {
           int contracted = k_.value(op.inputs[0]).dims.back();
@@ -428,7 +442,9 @@ class Model {
         case ir::OpKind::Unary:
           (transcendental(op.unary) ? w.transcendental : w.vector) += elements;
           break;
-        case ir::OpKind::Reduce: w.vector += double(p_.block_elements(op.inputs[0])); break;
+        case ir::OpKind::Reduce:
+          w.vector += double(p_.block_elements(op.inputs[0])) * lane_padding(op.inputs[0]);
+          break;
         case ir::OpKind::Binary:
         case ir::OpKind::Where:
         case ir::OpKind::Cast: w.vector += elements; break;

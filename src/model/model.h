@@ -41,6 +41,12 @@ struct Hardware {
   double memory_bytes_per_s = 0;    // HBM or DRAM, all cores together
   double step_seconds = 0;          // fixed cost of one grid step
   bool overlaps_copies = true;      // copies of the next block run under this one's compute
+  // Elements one vector operation works on: a block's last dim is padded to whole vectors
+  // (1: no padding).
+  int vector_lanes = 1;
+  // Memory moves whole lines of this many bytes: each row of a block (its last dim) is rounded
+  // up to whole lines (0: any size).
+  int line_bytes = 0;
   // In-place blocks of an inner loop stream ahead by themselves (a CPU's hardware prefetch),
   // rather than with the loop's buffer count (a TPU's fori_loop copies them by hand).
   bool prefetches_in_place = false;

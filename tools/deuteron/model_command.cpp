@@ -4,6 +4,8 @@
 #include <chrono>
 #include <iostream>
 #include <map>
+#include <random>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -26,8 +28,56 @@ struct ModelOptions {
   std::optional<std::string> shape;
   int candidates = 400;
   int timeline_steps = 3;
+  int sample = 0;
+  uint64_t seed = 1;
   bool json = false;
 };
+
+// What the model predicts of a fitting config, for --json.
+Json prediction_json(const model::Prediction& m, const std::string& hardware) {
+  return {{"hardware", hardware},
+          {"predicted_ms", m.seconds * 1e3},
+          {"tflops", m.tflops()},
+          {"gbps", m.gbps()},
+          {"peak_fraction", m.peak_fraction},
+          {"bound", model::name(m.bound)},
+          {"breakdown_ms",
+           {{"compute", m.compute_seconds * 1e3},
+            {"memory", m.memory_seconds * 1e3},
+            {"step_overhead", m.overhead_seconds * 1e3},
+            {"bubble", m.bubble_seconds * 1e3}}}};
+}
+
+// --sample N: N distinct configs of the space other than the default that lower (drawn with
+// --seed, so the same N every time), with the model's prediction of each: the configs the
+// validation against measured times (bench/model_validation.py) times besides the default.
+int cmd_sample(const ModelOptions& o, const examples::Entry& e, const std::vector<int64_t>& shape, DType dt,
+               const driver::Specialized& s) {
+  std::mt19937_64 rng(o.seed);
+  std::set<std::string> seen = {s.space.default_config().dump()};
+  Json rows = Json::array();
+  for (int tries = 0; int(rows.size()) < o.sample && tries < 200 * o.sample; ++tries) {
+    config::Config c = s.space.random(rng);
+    if (!seen.insert(c.dump()).second) continue;
+    autotune::ModelChoice m = autotune::predict_config(s, c);
+    if (!m.prediction) continue;
+    Json row = prediction_json(*m.prediction, m.hardware);
+    row.update({{"config", m.config.to_json()}, {"fits", true}});
+    rows.push_back(row);
+  }
+  if (o.json) {
+    std::cout << Json{{"kernel", e.name}, {"target", o.target}, {"shape", shape}, {"dtype", dtype_name(dt)},
+                      {"seed", o.seed}, {"samples", rows}}.dump()
+              << "\n";
+    return 0;
+  }
+  for (const Json& r : rows)
+    fmt::print("{:>10.4g} ms  {:<15} {}\n", r["predicted_ms"].get<double>(), r["bound"].get<std::string>(),
+               r["config"].dump());
+  if (int(rows.size()) < o.sample)
+    fmt::print("(only {} valid configs other than the default were found)\n", rows.size());
+  return 0;
+}
 
 int cmd_model(const ModelOptions& o) {
   select_chip(o.target, o.chip);
@@ -35,6 +85,7 @@ int cmd_model(const ModelOptions& o) {
   std::vector<int64_t> shape = pick_shape(e, o.shape, o.shapes.empty() ? "bench" : o.shapes, o.target);
   DType dt = pick_dtype(e, o.dtype);
   driver::Specialized s = driver::specialize(*e.kernel, arg_specs(e, shape, dt), o.target);
+  if (o.sample > 0) return cmd_sample(o, e, shape, dt, s);
 
   config::Config base = o.config.empty() ? s.space.default_config() : config::Config::parse(o.config);
   // --strategy: the best config of that strategy by the model (autotune/by_model.h).
@@ -67,18 +118,7 @@ int cmd_model(const ModelOptions& o) {
             {"config", best.config.to_json()}, {"fits", bool(best.prediction)}};
   if (!o.strategy.empty()) j["strategy"] = o.strategy;
   if (best.prediction) {
-    const model::Prediction& m = *best.prediction;
-    j.update({{"hardware", hardware},
-              {"predicted_ms", m.seconds * 1e3},
-              {"tflops", m.tflops()},
-              {"gbps", m.gbps()},
-              {"peak_fraction", m.peak_fraction},
-              {"bound", model::name(m.bound)},
-              {"breakdown_ms",
-               {{"compute", m.compute_seconds * 1e3},
-                {"memory", m.memory_seconds * 1e3},
-                {"step_overhead", m.overhead_seconds * 1e3},
-                {"bubble", m.bubble_seconds * 1e3}}}});
+    j.update(prediction_json(*best.prediction, hardware));
   } else {
     j["why"] = best.why;
   }
@@ -157,6 +197,10 @@ void add_model_commands(CLI::App& app) {
   m->add_option("--candidates", o.candidates, "configs the --strategy search tries (default 400)")->check(CLI::Range(1, 100000));
   m->add_option("--timeline", o.timeline, "draw the predicted pipeline of the first grid steps into this PNG file");
   m->add_option("--timeline-steps", o.timeline_steps, "grid steps the timeline shows (default 3)")->check(CLI::Range(1, 64));
+  m->add_option("--sample", o.sample,
+                "print N valid configs other than the default, drawn with --seed, each with its prediction")
+      ->check(CLI::Range(1, 10000));
+  m->add_option("--seed", o.seed, "seed of --sample (default 1)");
   m->add_flag("--json", o.json, "machine-readable output");
   m->callback([] { std::exit(cmd_model(o)); });
 }

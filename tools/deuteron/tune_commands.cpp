@@ -96,9 +96,11 @@ int cmd_tune(const TuneCli& o) {
     for (const auto& c : r.candidates)
       cands.push_back({{"config", c.config.to_json()}, {"status", autotune::status_name(c.status)},
                        {"origin", c.origin}, {"reason", c.reason}, {"median_s", c.median_s},
-                       {"retimed_s", c.retimed_s}, {"compiled", c.compiled}, {"compile_s", c.compile_s}});
+                       {"retimed_s", c.retimed_s}, {"compiled", c.compiled}, {"compile_s", c.compile_s},
+                       {"finished_s", c.finished_s}});
     Json j = {{"kernel", e.name}, {"shape", shape}, {"dtype", dtype_name(dt)}, {"target", o.target},
               {"key", s.key}, {"from_cache", r.from_cache}, {"effort", r.effort}, {"search", r.search},
+              {"search_note", r.search_note},
               {"best", r.best.to_json()}, {"best_s", r.best_s}, {"default", s.space.default_config().to_json()},
               {"default_s", r.default_s}, {"speedup", r.best_s > 0 && r.default_s > 0 ? r.default_s / r.best_s : 0.0},
               {"tried", r.tried}, {"ok", r.ok}, {"failed", r.failed}, {"rejected", r.rejected},
@@ -119,6 +121,7 @@ int cmd_tune(const TuneCli& o) {
                r.search, r.effort, r.tried);
   } else {
     fmt::print("tuned in {:.1f} s with {} search, effort {}\n", r.elapsed_s, r.search, r.effort);
+    if (!r.search_note.empty()) fmt::print("  {}\n", r.search_note);
     fmt::print("  candidates: {} tried ({} ok, {} failed, {} rejected), {} pruned\n", r.tried, r.ok, r.failed,
                r.rejected, r.pruned);
     if (r.pruned) {
@@ -295,8 +298,10 @@ void add_tune_commands(CLI::App& app) {
   tune->add_option("--target", o.target, "cpu (default), pallas, triton");
   tune->add_option("--effort", o.effort, "quick (default, about a minute), full, or none")
       ->check(CLI::IsMember({"none", "quick", "full"}));
-  tune->add_option("--search", o.search, "auto (default), random, pattern, de or exhaustive")
-      ->check(CLI::IsMember({"auto", "random", "pattern", "de", "exhaustive"}));
+  tune->add_option("--search", o.search,
+                   "auto (default: model for --effort quick where the target has a performance model), random, "
+                   "pattern, de, exhaustive, or model (rank by the model, time the top ones)")
+      ->check(CLI::IsMember({"auto", "random", "pattern", "de", "exhaustive", "model"}));
   tune->add_option("--seed", o.seed, "seed of the search (default 0)")->check(CLI::Range(uint64_t(0), uint64_t(INT64_MAX)));
   tune->add_flag("--retune", o.retune, "ignore the cached config and tune again");
   tune->add_flag("--by-model", o.by_model,
