@@ -1,0 +1,103 @@
+// Tile loops whose bounds are computed on the device: read from a tensor (jagged rows over CSR
+// offsets, a per-row valid length) or arithmetic on a tile's bounds (hl::minimum(t.end(), limit),
+// t.begin() * 2). Each kernel is checked against plain loops in double precision at ragged shapes
+// (empty segments, a segment of one row, ranges that end before they begin, bounds past the
+// dim), with small and large blocks, on the cpu target; the pallas and triton targets run the
+// same kernels and cases (DynamicLoopsPallas, DynamicLoopsTriton, in their own labels).
+#include "dynamic_loops.h"
+
+#include <gtest/gtest.h>
+
+#include "backends/pallas/backend.h"
+#include "backends/python/runner.h"
+#include "backends/triton/backend.h"
+#include "test_support.h"
+
+namespace deuteron {
+namespace {
+
+using dynamic_loops::Case;
+using testing_support::ScopedEnv;
+
+class DynamicLoops : public testing::TestWithParam<Case> {};
+
+TEST_P(DynamicLoops, MatchesReference) { dynamic_loops::check(GetParam(), "cpu"); }
+
+INSTANTIATE_TEST_SUITE_P(Cpu, DynamicLoops, testing::ValuesIn(dynamic_loops::cases(false)),
+                         [](const auto& info) { return info.param.name; });
+
+// The pallas target under TPU interpret mode, the triton target under Triton's interpreter, at
+// the small shapes.
+class PallasDynamicLoops : public testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    std::string problem = pallas::environment_problem();
+    ASSERT_TRUE(problem.empty()) << problem;
+  }
+};
+TEST_P(PallasDynamicLoops, MatchesReference) { dynamic_loops::check(GetParam(), "pallas"); }
+INSTANTIATE_TEST_SUITE_P(Interpreted, PallasDynamicLoops, testing::ValuesIn(dynamic_loops::cases(true)),
+                         [](const auto& info) { return info.param.name; });
+
+class TritonDynamicLoops : public testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    std::string problem = python::environment_problem(triton::runner_spec("interpret"));
+    ASSERT_TRUE(problem.empty()) << problem;
+  }
+  ScopedEnv device_{"DEUTERON_TRITON_DEVICE", "interpret"};
+};
+TEST_P(TritonDynamicLoops, MatchesReference) { dynamic_loops::check(GetParam(), "triton"); }
+INSTANTIATE_TEST_SUITE_P(Interpreted, TritonDynamicLoops, testing::ValuesIn(dynamic_loops::cases(true)),
+                         [](const auto& info) { return info.param.name; });
+
+// ---- errors -----------------------------------------------------------------------------------
+
+std::string trace_error(const KernelBase& k, const std::vector<Arg>& args) {
+  try {
+    api::run(k, args, "cpu", config::Config());
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(DynamicLoopErrors, FloatBoundIsAnError) {
+  static const auto k = deuteron::kernel("float_bound", [](hl::Tensor x, hl::Tensor ends) {
+    auto out = hl::zeros({x.size(0)});
+    for (auto b : hl::grid(x.size(0)))
+      for (auto t : hl::tile(0, ends[{b}])) out[{b}] = x[{b, t}].sum(0);
+    return out;
+  });
+  std::string e = trace_error(k, {Tensor::rand({3, 4}, DType::f32, 1), Tensor::rand({3}, DType::f32, 2)});
+  EXPECT_NE(e.find("a loop bound must be an integer scalar, not a float32 value of shape []"), std::string::npos) << e;
+  EXPECT_NE(e.find("test_dynamic_loops.cpp"), std::string::npos) << e;
+}
+
+TEST(DynamicLoopErrors, BlockBoundIsAnError) {
+  static const auto k = deuteron::kernel("block_bound", [](hl::Tensor x, hl::Tensor ends) {
+    auto out = hl::zeros({x.size(0)});
+    for (auto b : hl::grid(x.size(0)))
+      for (auto t : hl::tile(0, ends[{hl::all}])) out[{b}] = x[{b, t}].sum(0);
+    return out;
+  });
+  std::string e = trace_error(k, {Tensor::rand({3, 4}, DType::f32, 1), Tensor::rand({3}, DType::i64, 2, 0, 4)});
+  EXPECT_NE(e.find("a loop bound must be an integer scalar, not a int64 value of shape [3]"), std::string::npos) << e;
+}
+
+TEST(DynamicLoopErrors, UnboundedTileIsAnError) {
+  static const auto k = deuteron::kernel("unbounded_tile", [](hl::Tensor x, hl::Tensor ends) {
+    auto out = hl::empty({x.size(0)});
+    for (auto b : hl::grid(x.size(0))) {
+      auto acc = hl::zeros({1}, DType::i64);
+      for (auto t : hl::tile(0, ends[{b}])) acc = acc + t.index().sum(0);
+      out[{b}] = acc.to(DType::f32).sum(0);
+    }
+    return out;
+  });
+  std::string e = trace_error(k, {Tensor::rand({3, 4}, DType::f32, 1), Tensor::rand({3}, DType::i64, 2, 0, 4)});
+  EXPECT_NE(e.find("has bounds computed on the device but never indexes a tensor"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace deuteron
