@@ -37,16 +37,17 @@ inline const auto& segment_sum() {
   return k;
 }
 
-// A per-row valid length: out[r] = mean of x[r, :lengths[r]] (0 for an empty row); lengths are
-// int32 and may exceed the row (the loop is clipped to it).
+// A per-row valid length: out[r] = mean of x[r, :lengths[r, 0]] (0 for an empty row); lengths
+// are int32 and may exceed the row (the loop is clipped to it). Lengths are a column [rows, 1]:
+// a TPU block of a 1-D vector read at a grid index breaks its block-shape rule.
 inline const auto& masked_row_mean() {
   static const auto k = deuteron::kernel("masked_row_mean", [](hl::Tensor x, hl::Tensor lengths) {
     int64_t rows = x.size(0), cols = x.size(1);
     auto out = hl::empty({rows});
     for (auto r : hl::grid(rows)) {
       auto acc = hl::zeros({1});
-      for (auto tc : hl::tile(0, lengths[{r}], {.name = "cols"})) acc = acc + x[{r, tc}].sum(0);
-      auto n = hl::minimum(lengths[{r}], cols).to(DType::f32);
+      for (auto tc : hl::tile(0, lengths[{r, 0}], {.name = "cols"})) acc = acc + x[{r, tc}].sum(0);
+      auto n = hl::minimum(lengths[{r, 0}], cols).to(DType::f32);
       out[{r}] = (acc / hl::maximum(n, 1.0f)).sum(0);
     }
     return out;
@@ -71,6 +72,22 @@ inline const auto& window_sum() {
   return k;
 }
 
+// Arithmetic on a row block's end: out[i] = sum of x[i, :min(3 * end, limit)] where end is one
+// past the last row of i's block of `block_rows` rows (pinned by the test), clipped to the row.
+inline const auto& block_prefix_sum() {
+  static const auto k = deuteron::kernel("block_prefix_sum", [](hl::Tensor x, hl::Scalar limit) {
+    int64_t rows = x.size(0);
+    auto out = hl::empty({rows, 1});  // a column: a TPU block's last dim is 128 wide or whole
+    for (auto tr : hl::tile(rows, {.name = "rows"})) {
+      auto acc = hl::zeros({tr});
+      for (auto tc : hl::tile(0, hl::minimum(tr.end() * 3, limit), {.name = "cols"})) acc = acc + x[{tr, tc}].sum(1);
+      out[{tr, 0}] = acc;
+    }
+    return out;
+  });
+  return k;
+}
+
 struct Case {
   std::string kernel;  // segment_sum, masked_row_mean, window_sum
   std::vector<int64_t> shape;
@@ -78,17 +95,22 @@ struct Case {
   std::string name;
 };
 
-inline std::vector<Case> cases(bool small) {
+// small: the interpreted targets' shapes; pallas: only the kernels whose loops start at a constant.
+inline std::vector<Case> cases(bool small, bool pallas = false) {
   std::vector<Case> out;
   std::vector<std::vector<int64_t>> seg = {{1, 2}, {23, 5}, {7, 130}};
   std::vector<std::vector<int64_t>> rows = {{1, 1}, {9, 37}, {5, 300}};
+  if (pallas) rows = {{1, 1}, {9, 37}, {13, 300}};  // row blocks of 8, or the whole dim
   if (!small) seg.push_back({1000, 3}), rows.push_back({33, 1000});
-  for (int64_t block : {int64_t(4), int64_t(256)}) {
+  std::vector<int64_t> blocks = {4, 256};
+  if (pallas) blocks = {128, 256};  // TPU lanes: a multiple of 128 or the whole dim
+  for (int64_t block : blocks) {
     for (const auto& s : seg)
-      out.push_back({"segment_sum", s, block, fmt::format("segment_sum_{}x{}_b{}", s[0], s[1], block)});
+      if (!pallas) out.push_back({"segment_sum", s, block, fmt::format("segment_sum_{}x{}_b{}", s[0], s[1], block)});
     for (const auto& s : rows) {
-      out.push_back({"masked_row_mean", s, block, fmt::format("masked_row_mean_{}x{}_b{}", s[0], s[1], block)});
-      out.push_back({"window_sum", s, block, fmt::format("window_sum_{}x{}_b{}", s[0], s[1], block)});
+      if (!pallas) out.push_back({"masked_row_mean", s, block, fmt::format("masked_row_mean_{}x{}_b{}", s[0], s[1], block)});
+      out.push_back({"block_prefix_sum", s, block, fmt::format("block_prefix_sum_{}x{}_b{}", s[0], s[1], block)});
+      if (!pallas) out.push_back({"window_sum", s, block, fmt::format("window_sum_{}x{}_b{}", s[0], s[1], block)});
     }
   }
   return out;
@@ -133,7 +155,7 @@ inline void check(const Case& c, const std::string& target) {
         want.push_back(sum);
       }
   } else if (c.kernel == "masked_row_mean") {
-    Tensor len = Tensor::rand({n}, DType::i32, 4, 0, double(d + 3));  // some past the row
+    Tensor len = Tensor::rand({n, 1}, DType::i32, 4, 0, double(d + 3));  // some past the row
     if (n > 2) len.set(1, 0), len.set(2, 1);  // an empty row and a row of one
     args = {x, len};
     k = &masked_row_mean();
@@ -142,6 +164,17 @@ inline void check(const Case& c, const std::string& target) {
       double sum = 0;
       for (int64_t j = 0; j < m; ++j) sum += at(r, j);
       want.push_back(sum / double(std::max<int64_t>(m, 1)));
+    }
+  } else if (c.kernel == "block_prefix_sum") {
+    int64_t limit = d - d / 3, rows_block = 8;
+    args = {x, limit};
+    k = &block_prefix_sum();
+    blocks["block_rows"] = rows_block;
+    for (int64_t r = 0; r < n; ++r) {
+      int64_t end = std::min<int64_t>((r / rows_block + 1) * rows_block, n);
+      double sum = 0;
+      for (int64_t j = 0; j < std::min({3 * end, limit, d}); ++j) sum += at(r, j);
+      want.push_back(sum);
     }
   } else {
     int64_t limit = d - d / 3;
@@ -154,6 +187,7 @@ inline void check(const Case& c, const std::string& target) {
     }
   }
   config::Config cfg = testing_support::fit(driver::specialize(*k, frontend::describe_args(*k, args), target), blocks);
+  if (target == "pallas") cfg.set("inner_cols", "in_place");  // a loop ending on the device is not unrolled
   api::RunResult r = api::run(*k, args, target, cfg);
   const Tensor& out = r.outputs.at(0);
   ASSERT_EQ(out.numel(), int64_t(want.size()));

@@ -36,7 +36,7 @@ class PallasDynamicLoops : public testing::TestWithParam<Case> {
   }
 };
 TEST_P(PallasDynamicLoops, MatchesReference) { dynamic_loops::check(GetParam(), "pallas"); }
-INSTANTIATE_TEST_SUITE_P(Interpreted, PallasDynamicLoops, testing::ValuesIn(dynamic_loops::cases(true)),
+INSTANTIATE_TEST_SUITE_P(Interpreted, PallasDynamicLoops, testing::ValuesIn(dynamic_loops::cases(true, true)),
                          [](const auto& info) { return info.param.name; });
 
 class TritonDynamicLoops : public testing::TestWithParam<Case> {
@@ -50,6 +50,21 @@ class TritonDynamicLoops : public testing::TestWithParam<Case> {
 TEST_P(TritonDynamicLoops, MatchesReference) { dynamic_loops::check(GetParam(), "triton"); }
 INSTANTIATE_TEST_SUITE_P(Interpreted, TritonDynamicLoops, testing::ValuesIn(dynamic_loops::cases(true)),
                          [](const auto& info) { return info.param.name; });
+
+// A loop starting at a device value is refused on pallas, naming the construct and the line.
+TEST(PallasDynamicLoopErrors, DeviceBeginIsRefusedClearly) {
+  const auto& k = dynamic_loops::segment_sum();
+  std::vector<Arg> args = {Tensor::rand({5, 3}, DType::f32, 1), dynamic_loops::offsets_for(5)};
+  driver::Specialized s = driver::specialize(k, frontend::describe_args(k, args), "pallas");
+  try {
+    s.backend->emit(driver::lower(s, s.space.default_config()));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("inner loops that start at a bound computed on the device"), std::string::npos) << m;
+    EXPECT_NE(m.find("dynamic_loops.h"), std::string::npos) << m;
+  }
+}
 
 // ---- errors -----------------------------------------------------------------------------------
 

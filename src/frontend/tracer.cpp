@@ -879,8 +879,15 @@ int Tracer::clip_bounds(ir::Bound& b, ir::Bound& e, const std::vector<const Var*
     }
     return binary(ir::BinaryFn::Min, binary(ir::BinaryFn::Max, v, zero, var), extent, nullptr);
   };
-  b.value = clip(b, vars[0]);
-  e.value = binary(ir::BinaryFn::Max, clip(e, vars[1]), b.value, nullptr);  // ends before it begins: empty
+  // A constant begin stays one (targets index blocks from it); the end is clipped past it.
+  ir::ValueId begin;
+  if (b.value >= 0) {
+    begin = b.value = clip(b, vars[0]);
+  } else {
+    b.constant = std::max<int64_t>(b.constant, 0);
+    begin = constant(b.constant);
+  }
+  e.value = binary(ir::BinaryFn::Max, clip(e, vars[1]), begin, nullptr);  // ends before it begins: empty
   return extent_op;
 }
 
