@@ -114,5 +114,22 @@ TEST(DynamicLoopErrors, UnboundedTileIsAnError) {
   EXPECT_NE(e.find("has bounds computed on the device but never indexes a tensor"), std::string::npos) << e;
 }
 
+// Two grid loops in sequence (a reduction pass, then a pass using its result) are refused,
+// naming the second loop's line, the first one's, and why.
+TEST(DynamicLoopErrors, SecondGridLoopSaysWhy) {
+  static const auto k = deuteron::kernel("two_passes", [](hl::Tensor x) {
+    auto total = hl::zeros({1});
+    auto out = hl::empty_like(x);
+    for (auto t : hl::tile(x.size(0))) hl::atomic_add(total, {0}, x[t].sum(0));
+    for (auto t : hl::tile(x.size(0))) out[t] = x[t] / total[{0}];  // the second loop
+    return std::make_tuple(total, out);
+  });
+  std::string e = trace_error(k, {Tensor::rand({5}, DType::f32, 1)});
+  EXPECT_NE(e.find("this is a second one"), std::string::npos) << e;
+  EXPECT_NE(e.find("test_dynamic_loops.cpp:" + std::to_string(__LINE__ - 5)), std::string::npos) << e;  // second
+  EXPECT_NE(e.find("test_dynamic_loops.cpp:" + std::to_string(__LINE__ - 7)), std::string::npos) << e;  // first
+  EXPECT_NE(e.find("split the passes into two kernels"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace deuteron

@@ -751,8 +751,13 @@ std::pair<hl::Tiles, int> Tracer::open_loop(const std::vector<int64_t>& extents,
                                             const std::source_location& loc) {
   if (!pending_error_.empty()) fail(pending_error_, pending_error_loc_);
   if (open_loops_.empty() && !k_.top.empty())
-    fail("a kernel has one outermost tile loop (the launch grid); this is a second one", loc,
-         "nest the loops, or tile several dimensions at once with hl::tile({m, n})");
+    fail(fmt::format("a kernel has one outermost tile loop (the launch grid, started once per call), and the one at {} "
+                     "came first; this is a second one. Kernels run as one launch, so a pass that reads what an "
+                     "earlier pass wrote would have no point where every block of the first had finished",
+                     format_location(k_.loops[size_t(k_.top.front().id)].loc)),
+         loc,
+         "split the passes into two kernels called in order, nest the loop inside the first one, or tile several "
+         "dimensions at once with hl::tile({m, n})");
   if (extents.empty()) fail("hl::tile needs at least one dimension", loc);
   ir::Loop loop;
   loop.parent = open_loops_.empty() ? -1 : open_loops_.back().loop;
