@@ -21,10 +21,12 @@ namespace deuteron::dynamic_loops {
 namespace hl = deuteron::hl;
 
 // Jagged rows: out[s, :] = sum of x[offsets[s]:offsets[s + 1], :] (a segment sum over CSR
-// offsets). A segment whose end is below its begin is empty, as a Python slice is.
+// offsets) for the first `count` segments: the scalar argument sizes the output. A segment whose
+// end is below its begin is empty, as a Python slice is.
 inline const auto& segment_sum() {
-  static const auto k = deuteron::kernel("segment_sum", [](hl::Tensor x, hl::Tensor offsets) {
-    int64_t segments = offsets.size(0) - 1, d = x.size(1);
+  static const auto k = deuteron::kernel("segment_sum", [](hl::Tensor x, hl::Tensor offsets, hl::Scalar count) {
+    int64_t segments = count.item(), d = x.size(1);
+    hl::expect(segments >= 0 && segments < offsets.size(0), "needs 0 <= count < offsets.size(0)");
     auto out = hl::empty({segments, d});
     for (auto s : hl::grid(segments)) {
       auto acc = hl::zeros({d});
@@ -144,7 +146,7 @@ inline void check(const Case& c, const std::string& target) {
   std::map<std::string, int64_t> blocks = {{"block_cols", c.block}};
   if (c.kernel == "segment_sum") {
     Tensor off = offsets_for(n);
-    args = {x, off};
+    args = {x, off, off.numel() - 1};
     k = &segment_sum();
     blocks = {{"block_rows", c.block}};
     for (int64_t s = 0; s + 1 < off.numel(); ++s)

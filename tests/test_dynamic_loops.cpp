@@ -19,6 +19,15 @@ namespace {
 using dynamic_loops::Case;
 using testing_support::ScopedEnv;
 
+std::string trace_error(const KernelBase& k, const std::vector<Arg>& args) {
+  try {
+    api::run(k, args, "cpu", config::Config());
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 class DynamicLoops : public testing::TestWithParam<Case> {};
 
 TEST_P(DynamicLoops, MatchesReference) { dynamic_loops::check(GetParam(), "cpu"); }
@@ -54,7 +63,8 @@ INSTANTIATE_TEST_SUITE_P(Interpreted, TritonDynamicLoops, testing::ValuesIn(dyna
 // A loop starting at a device value is refused on pallas, naming the construct and the line.
 TEST(PallasDynamicLoopErrors, DeviceBeginIsRefusedClearly) {
   const auto& k = dynamic_loops::segment_sum();
-  std::vector<Arg> args = {Tensor::rand({5, 3}, DType::f32, 1), dynamic_loops::offsets_for(5)};
+  Tensor off = dynamic_loops::offsets_for(5);
+  std::vector<Arg> args = {Tensor::rand({5, 3}, DType::f32, 1), off, off.numel() - 1};
   driver::Specialized s = driver::specialize(k, frontend::describe_args(k, args), "pallas");
   try {
     s.backend->emit(driver::lower(s, s.space.default_config()));
@@ -66,16 +76,80 @@ TEST(PallasDynamicLoopErrors, DeviceBeginIsRefusedClearly) {
   }
 }
 
+// The segment count, a scalar argument, sizes the output: each count specialises the kernel
+// (its own trace and code), and a repeated count reuses its code.
+TEST(DynamicLoopSizes, ScalarArgumentSizesTheOutput) {
+  const auto& k = dynamic_loops::segment_sum();
+  Tensor x = Tensor::rand({11, 3}, DType::f32, 5), off = dynamic_loops::offsets_for(11);
+  for (int64_t count : {int64_t(off.numel() - 1), int64_t(2), int64_t(0), int64_t(2)}) {
+    Tensor out = k(x, off, count);
+    ASSERT_EQ(out.sizes(), (std::vector<int64_t>{count, 3}));
+    for (int64_t s = 0; s < count; ++s)
+      for (int64_t j = 0; j < 3; ++j) {
+        double want = 0;
+        for (int64_t i = int64_t(off.get(s)); i < std::min<int64_t>(int64_t(off.get(s + 1)), 11); ++i) want += x.get(i * 3 + j);
+        EXPECT_NEAR(out.get(s * 3 + j), want, 1e-5) << count << " " << s << " " << j;
+      }
+  }
+  std::string e = trace_error(k, {x, off, off.numel()});
+  EXPECT_NE(e.find("needs 0 <= count < offsets.size(0)"), std::string::npos) << e;
+}
+
+TEST(DynamicLoopSizes, ItemNeedsAnIntegerScalar) {
+  static const auto k = deuteron::kernel("float_item", [](hl::Tensor x, hl::Scalar n) {
+    auto out = hl::empty({n.item()});
+    for (auto t : hl::tile(out.size(0))) out[t] = x[t];
+    return out;
+  });
+  std::string e = trace_error(k, {Tensor::rand({4}, DType::f32, 1), 2.0});
+  EXPECT_NE(e.find("item() needs an integer scalar argument"), std::string::npos) << e;
+}
+
+// KernelOptions::target: a user's own kernel reaches the other targets from C++.
+const KernelBase& scaled_window(const std::string& target) {
+  static const auto triton = deuteron::kernel("scaled_window", [](hl::Tensor x, hl::Scalar limit) {
+    auto out = hl::empty({x.size(0)});
+    for (auto r : hl::grid(x.size(0))) {
+      auto acc = hl::zeros({1});
+      for (auto tc : hl::tile(0, hl::minimum(r.end() * 3, limit))) acc = acc + x[{r, tc}].sum(0) * 2.0f;
+      out[{r}] = acc.sum(0);
+    }
+    return out;
+  }, {.effort = "none", .target = "triton"});
+  static const auto unknown = deuteron::kernel("unknown_target", [](hl::Tensor x) {
+    auto out = hl::empty_like(x);
+    for (auto t : hl::tile(x.size(0))) out[t] = x[t];
+    return out;
+  }, {.target = "tpu"});
+  if (target == "triton") return triton;
+  return unknown;
+}
+
+TEST(TritonKernelOptions, TargetRunsAUserKernelThere) {
+  ASSERT_TRUE(python::environment_problem(triton::runner_spec("interpret")).empty());
+  ScopedEnv device("DEUTERON_TRITON_DEVICE", "interpret");
+  Tensor x = Tensor::rand({6, 20}, DType::f32, 9);
+  Outputs out = scaled_window("triton").run({x, int64_t(13)});
+  for (int64_t r = 0; r < 6; ++r) {
+    double want = 0;
+    for (int64_t j = 0; j < std::min<int64_t>(3 * r + 3, 13); ++j) want += 2.0 * x.get(r * 20 + j);
+    EXPECT_NEAR(out[0].get(r), want, 1e-4) << r;
+  }
+}
+
+TEST(DynamicLoopSizes, UnknownTargetIsAnError) {
+  try {
+    scaled_window("unknown").run({Tensor::rand({3}, DType::f32, 1)});
+    ADD_FAILURE() << "no error";
+  } catch (const ArgumentError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("unknown target 'tpu'"), std::string::npos) << m;
+    EXPECT_NE(m.find("this build has: cpu"), std::string::npos) << m;
+  }
+}
+
 // ---- errors -----------------------------------------------------------------------------------
 
-std::string trace_error(const KernelBase& k, const std::vector<Arg>& args) {
-  try {
-    api::run(k, args, "cpu", config::Config());
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 TEST(DynamicLoopErrors, FloatBoundIsAnError) {
   static const auto k = deuteron::kernel("float_bound", [](hl::Tensor x, hl::Tensor ends) {

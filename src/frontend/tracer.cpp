@@ -97,11 +97,27 @@ std::shared_ptr<Var> Tracer::scalar_arg(const ArgSpec& spec, int arg_index) {
   s.name = spec.name.empty() ? fmt::format("arg{}", arg_index) : spec.name;
   s.arg_index = arg_index;
   s.dtype = spec.dtype;
+  s.value = spec.value;
   k_.scalars.push_back(s);
   auto v = std::make_shared<Var>();
   v->id = next_var_++;
   v->scalar = int(k_.scalars.size()) - 1;
   return v;  // its device value is made on first use inside a loop (ScalarArg op)
+}
+
+int64_t Tracer::scalar_value(const Var& v, const std::source_location& loc) {
+  if (v.scalar < 0)
+    fail("item() reads a scalar argument of the kernel in host code; this is not one", loc,
+         "use x.size(d) for a tensor's sizes");
+  if (!open_loops_.empty())
+    fail("item() is host code: call it before the outermost tile loop", loc,
+         "inside tile loops, use the scalar itself (it is a device value there)");
+  ir::ScalarParam& s = k_.scalars[size_t(v.scalar)];
+  if (s.dtype != DType::i64)
+    fail(fmt::format("item() needs an integer scalar argument; '{}' is {}", s.name, dtype_name(s.dtype)), loc,
+         "pass the size as an integer (int64_t)");
+  s.specialized = true;
+  return s.value;
 }
 
 std::shared_ptr<Var> Tracer::new_output(std::vector<int64_t> shape, DType dtype, const std::source_location& loc,

@@ -54,6 +54,7 @@ struct ArgSpec {
   DType dtype = DType::f32;
   std::vector<int64_t> shape, strides;
   std::string name;
+  int64_t value = 0;  // integer scalars: the call's value (hl::Tensor::item reads it)
 };
 
 // Records one trace. While alive it is the current tracer of its thread.
@@ -70,6 +71,8 @@ class Tracer {
   // Arguments.
   std::shared_ptr<Var> tensor_arg(const ArgSpec& spec, int arg_index);
   std::shared_ptr<Var> scalar_arg(const ArgSpec& spec, int arg_index);
+  // The value of integer scalar argument `v` in host code; specialises the kernel on it.
+  int64_t scalar_value(const Var& v, const std::source_location& loc);
   // Marks the host tensors a kernel returns.
   void set_outputs(const std::vector<std::shared_ptr<Var>>& outs, const std::source_location& loc);
   // The finished IR (after the lambda returned).
