@@ -24,6 +24,14 @@ class Executable {
   // tensors: the IR's host tensors in order (inputs and allocated outputs); scalars: the
   // scalar arguments in order.
   virtual void run(const std::vector<Tensor>& tensors, const std::vector<double>& scalars) = 0;
+  // An executable compiled to time its grid steps (Backend::compile_traced): the steps of its
+  // last run, in grid order; empty for any other.
+  struct StepTime {
+    int thread = 0;
+    int64_t step = 0;
+    double start = 0, end = 0;  // seconds from the first step's start
+  };
+  virtual std::vector<StepTime> step_times() const { return {}; }
   bool compiled = false;  // this process invoked the target's compiler for it
   double compile_seconds = 0;
   std::string source_path;
@@ -83,6 +91,12 @@ class Backend {
   virtual std::string device_note() const { return ""; }
   virtual std::string emit(const plan::Plan& p) const = 0;
   virtual std::unique_ptr<Executable> compile(const plan::Plan& p) const = 0;
+  // An executable that records when each grid step ran on which thread (`deuteron run
+  // --timeline`); the normal one is unchanged. nullptr: this target cannot.
+  virtual std::unique_ptr<Executable> compile_traced(const plan::Plan& p) const {
+    (void)p;
+    return nullptr;
+  }
   // How the autotuner times this target's candidates; nullptr: it cannot (defaults are used).
   virtual std::unique_ptr<Harness> harness() const { return nullptr; }
   // The hardware the performance model (model/model.h) runs a plan of this target on; nullopt:

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "catalogue.h"
+#include "driver/driver.h"
 #include "frontend/tracer.h"
 
 namespace deuteron::cli {
@@ -43,5 +44,12 @@ void add_core_commands(CLI::App& app);
 void add_tune_commands(CLI::App& app);
 // model (model_command.cpp: the performance model's predictions).
 void add_model_commands(CLI::App& app);
+
+// deuteron run --timeline: runs the kernel of `s` with `config` on `bound` once more, compiled
+// to record each grid step's thread and times, and draws the first `steps` steps of each
+// thread beside the model's prediction for the same plan into the PNG at `path`. Throws
+// ArgumentError for a target that cannot record its steps.
+void write_run_timeline(const std::string& path, int steps, const std::string& what, const driver::Specialized& s,
+                        const config::Config& config, const driver::Bound& bound);
 
 }  // namespace deuteron::cli

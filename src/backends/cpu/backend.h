@@ -17,6 +17,8 @@ class CpuBackend : public backends::Backend {
   std::string describe(const plan::Plan& p) const override;
   std::string emit(const plan::Plan& p) const override;
   std::unique_ptr<backends::Executable> compile(const plan::Plan& p) const override;
+  // The same kernel with each grid step's thread and times recorded (codegen's trace).
+  std::unique_ptr<backends::Executable> compile_traced(const plan::Plan& p) const override;
   // deuteron-runner (harness.cpp).
   std::unique_ptr<backends::Harness> harness() const override;
   // FMA peak and copy bandwidth (hardware.h: roofline).

@@ -93,11 +93,19 @@ int64_t numel(const ir::HostTensor& t) {
 
 class Generator {
  public:
-  explicit Generator(const CpuPlan& p)
-      : p_(p), k_(p.kernel), checks_(index_checks(p)), ordered_(ordered_targets(p.kernel)) {}
+  Generator(const CpuPlan& p, bool trace)
+      : p_(p), k_(p.kernel), checks_(index_checks(p)), ordered_(ordered_targets(p.kernel)), trace_(trace) {}
 
   std::string run() {
     header();
+    if (trace_) {
+      line("// Tracing (deuteron run --timeline): per grid step, its thread, start and end time.");
+      line(fmt::format("extern \"C\" {{ double* {}_trace = nullptr; }}", entry_name(p_)));
+      line("struct deuteron_step_trace {");
+      line("  double* row;  // thread, start, end");
+      line("  ~deuteron_step_trace() { if (row) row[2] = omp_get_wtime(); }  // every way out of the step");
+      line("};");
+    }
     line(fmt::format("extern \"C\" void {}(void* const* tensors, const double* scalars, char* scratch,",
                      entry_name(p_)));
     line("                                long scratch_per_thread, int64_t* status) {");
@@ -125,6 +133,10 @@ class Generator {
     }
     line(fmt::format("for (int64_t pid = 0; pid < {}; ++pid) {{", p_.grid_size()));
     ++indent_;
+    if (trace_) {
+      line(fmt::format("deuteron_step_trace step_trace{{{0}_trace ? {0}_trace + 3 * pid : nullptr}};", entry_name(p_)));
+      line("if (step_trace.row) step_trace.row[0] = omp_get_thread_num(), step_trace.row[1] = omp_get_wtime();");
+    }
     grid_indices(grid);
     for (const plan::BlockSpec& s : p_.operands)
       if (s.loop == int(&grid - k_.loops.data()) && s.placement == plan::Placement::Staged) emit_block_copy(s, grid, false);
@@ -1114,6 +1126,7 @@ class Generator {
   const ir::Kernel& k_;
   const std::vector<IndexCheck> checks_;
   const std::vector<int> ordered_;  // tensors whose atomic adds are summed in a fixed order
+  const bool trace_;                // time each grid step (generate's `trace`)
   std::string out_;
   int indent_ = 0;
   std::map<ir::ValueId, std::string> scalars_;  // values computed as scalars in this group
@@ -1191,8 +1204,8 @@ int64_t scratch_per_thread(const plan::Plan& p) {
   return bytes;
 }
 
-std::string generate(const CpuPlan& p) {
-  Generator g(p);
+std::string generate(const CpuPlan& p, bool trace) {
+  Generator g(p, trace);
   g.prepare();
   return drop_unused_constants(g.run());
 }
