@@ -23,10 +23,10 @@ set_source_files_properties(tests/test_gemm_runtime.cpp tests/test_gemm_pairs.cp
 # Suites by label (gtest filter patterns); unit is everything else. AutotuneChild.* are run by
 # the autotune tests as a separate process, never on their own.
 set(DEUTERON_SUITES_e2e "*/KernelTest.*" "Dot.*" "Language.*" "KernelErrors.*" "Fuzz.*" "Reliability.*"
-    "*/NameInjection.*" "*/DamagedArtifact.*" "*/BadOption.*")
+    "*/NameInjection.*" "*/DamagedArtifact.*" "*/BadOption.*" "Cpu/DynamicLoops.*" "DynamicLoopErrors.*" "DynamicLoopSizes.*")
 # PallasAutotune.* (the pallas target's tuning harness) carries both of its labels.
-set(DEUTERON_SUITES_pallas "Pallas*.*" "*/PallasRun.*" "*/PallasLoop.*")
-set(DEUTERON_SUITES_triton "Triton*.*" "*/TritonRun.*" "*/TritonLooped.*" "*/TritonDescriptors.*")
+set(DEUTERON_SUITES_pallas "Pallas*.*" "*/PallasRun.*" "*/PallasLoop.*" "*/PallasDynamicLoops.*")
+set(DEUTERON_SUITES_triton "Triton*.*" "*/TritonRun.*" "*/TritonLooped.*" "*/TritonDescriptors.*" "*/TritonDynamicLoops.*")
 set(DEUTERON_SUITES_autotune "Autotune*.*")
 set(DEUTERON_SUITES_pallas_autotune "PallasAutotune.*")
 set(DEUTERON_NOT_UNIT "AutotuneChild.*")

@@ -130,6 +130,10 @@ class Tensor {
   int64_t size(int dim, Loc loc = Loc::current()) const;
   int dim(Loc loc = Loc::current()) const;
   DType dtype() const;
+  // Host side: the value of an integer scalar argument, to size outputs and loops
+  // (`hl::empty({n, d})`, `hl::grid(n)`). The kernel is then specialised on the value, as on a
+  // shape: each new value traces and compiles again.
+  int64_t item(Loc loc = Loc::current()) const;
 
   // Reading a block.
   Tensor operator[](const Index& index) const;

@@ -42,6 +42,10 @@ struct KernelOptions {
   // order (and last bits) vary from run to run; "auto" (the default): ordered where the copies
   // take at most 1 MiB per thread. DEUTERON_DETERMINISTIC=1 (ordered) or 0 (atomic) overrides.
   std::string atomic_add = "auto";
+  // The target a call compiles for and runs on: "cpu", "pallas" or "triton" (those the build
+  // has); empty: the first built in (cpu). Pallas runs on a TPU or under JAX's interpret mode,
+  // triton on a CUDA GPU or under DEUTERON_TRITON_DEVICE=interpret (see the README's targets).
+  std::string target = {};
 };
 
 namespace hl::detail {
@@ -62,8 +66,8 @@ class KernelBase {
   const std::source_location& location() const { return loc_; }
   // Runs the lambda on symbolic arguments (used by the frontend).
   void trace_body() const { trace_(); }
-  // Specialises, picks a config (pinned, cached or tuned), compiles and runs on the default
-  // target (the first built in: cpu).
+  // Specialises, picks a config (pinned, cached or tuned), compiles and runs on the options'
+  // target (by default the first built in: cpu).
   Outputs run(const std::vector<Arg>& args) const;
 
  private:

@@ -1,10 +1,13 @@
 #include "api/api.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "autotune/autotune.h"
 #include "backends/registry.h"
@@ -61,11 +64,18 @@ struct KernelBase::Runs {
   };
   std::mutex mutex;
   std::map<std::string, Prepared> by_key;
+  // Scalar arguments some trace read in host code (item()): keys hold their values. The set only
+  // grows; each entry's key was made with a set holding its own, so no stale entry matches.
+  std::set<int> sized;
 };
 
 Outputs KernelBase::run(const std::vector<Arg>& args) const {
+  const std::vector<std::string> targets = backends::names();
+  const std::string& target = options_.target.empty() ? backends::default_target() : options_.target;
+  if (std::find(targets.begin(), targets.end(), target) == targets.end())
+    throw ArgumentError(fmt::format("kernel '{}': unknown target '{}' in its options", name_, target),
+                        format_location(loc_), fmt::format("this build has: {}", fmt::join(targets, ", ")));
   auto specs = frontend::describe_args(*this, args);
-  std::string key = frontend::specialization_key(specs);
   std::shared_ptr<Runs> runs;
   {
     static std::mutex m;  // guards the first call's creation of runs_
@@ -76,14 +86,15 @@ Outputs KernelBase::run(const std::vector<Arg>& args) const {
   Runs::Prepared p;
   {
     std::lock_guard<std::mutex> lock(runs->mutex);
-    auto it = runs->by_key.find(key);
+    auto it = runs->by_key.find(frontend::specialization_key(specs, runs->sized));
     if (it != runs->by_key.end()) p = it->second;
   }
   if (!p.exe) {
-    p.specialized = std::make_shared<driver::Specialized>(driver::specialize(*this, specs, backends::default_target()));
+    p.specialized = std::make_shared<driver::Specialized>(driver::specialize(*this, specs, target));
     p.exe = driver::executable(*p.specialized, api::choose_config(*p.specialized).config);
     std::lock_guard<std::mutex> lock(runs->mutex);
-    runs->by_key.emplace(key, p);
+    for (int a : frontend::sized_scalars(p.specialized->ir)) runs->sized.insert(a);
+    runs->by_key.emplace(frontend::specialization_key(specs, runs->sized), p);
   }
   driver::Bound b = driver::bind_args(*p.specialized, args);
   p.exe->run(b.tensors, b.scalars);

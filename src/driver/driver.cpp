@@ -69,6 +69,7 @@ Specialized specialize(const KernelBase& k, const std::vector<frontend::ArgSpec>
     throw KernelError(fmt::format("{} (kernel called with {})", e.message(), fmt::join(described, ", ")),
                       e.where(), e.hint());
   }
+  s.key = frontend::specialization_key(args, frontend::sized_scalars(s.ir));
   passes::run_all(s.ir);
   s.ir_hash = ir::fingerprint(s.ir);
   s.space = config::ConfigSpace::derive(s.ir, s.limits);

@@ -50,23 +50,33 @@ std::vector<ArgSpec> describe_args(const KernelBase& k, const std::vector<Arg>& 
     } else {
       s.is_tensor = false;
       s.dtype = DType::i64;
+      s.value = std::get<int64_t>(args[i]);
     }
     specs.push_back(s);
   }
   return specs;
 }
 
-std::string specialization_key(const std::vector<ArgSpec>& args) {
+std::string specialization_key(const std::vector<ArgSpec>& args, const std::set<int>& sized) {
   std::vector<std::string> parts;
-  for (const auto& a : args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const ArgSpec& a = args[i];
     if (!a.is_tensor) {
-      parts.push_back(std::string(dtype_name(a.dtype)));
+      parts.push_back(sized.count(int(i)) ? fmt::format("{}={}", dtype_name(a.dtype), a.value)
+                                          : std::string(dtype_name(a.dtype)));
       continue;
     }
     parts.push_back(fmt::format("{}[{}]s[{}]", dtype_name(a.dtype), fmt::join(a.shape, ","),
                                 fmt::join(a.strides, ",")));
   }
   return fmt::format("{}", fmt::join(parts, ";"));
+}
+
+std::set<int> sized_scalars(const ir::Kernel& ir) {
+  std::set<int> out;
+  for (const ir::ScalarParam& s : ir.scalars)
+    if (s.specialized) out.insert(s.arg_index);
+  return out;
 }
 
 ir::Kernel trace(const KernelBase& k, const std::vector<ArgSpec>& args) {

@@ -1,6 +1,7 @@
 // Entry point of the frontend: trace a kernel for one specialisation into its IR.
 #pragma once
 
+#include <set>
 #include <vector>
 
 #include "deuteron/kernel.h"
@@ -17,6 +18,10 @@ ir::Kernel trace(const KernelBase& k, const std::vector<ArgSpec>& args);
 // ordered_adds), from its options and DEUTERON_DETERMINISTIC; throws ArgumentError on bad ones.
 bool ordered_adds(const KernelBase& k, const ir::Kernel& ir);
 // A stable string naming the specialisation: shapes, dtypes and layout of every argument.
-std::string specialization_key(const std::vector<ArgSpec>& args);
+// `sized`: the argument positions of integer scalars a trace read in host code (item()), whose
+// values the key then holds.
+std::string specialization_key(const std::vector<ArgSpec>& args, const std::set<int>& sized = {});
+// The argument positions of the scalars `ir` was specialised on.
+std::set<int> sized_scalars(const ir::Kernel& ir);
 
 }  // namespace deuteron::frontend

@@ -117,6 +117,7 @@ int64_t Tensor::size(int d, Loc loc) const {
   return shape[size_t(d < 0 ? d + rank : d)];
 }
 int Tensor::dim(Loc loc) const { return int(sizes(loc).size()); }
+int64_t Tensor::item(Loc loc) const { return Tracer::current(loc).scalar_value(var_of(*this, loc), loc); }
 
 DType Tensor::dtype() const {
   Loc loc = var_ ? var_->loc : Loc::current();

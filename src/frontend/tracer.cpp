@@ -97,11 +97,27 @@ std::shared_ptr<Var> Tracer::scalar_arg(const ArgSpec& spec, int arg_index) {
   s.name = spec.name.empty() ? fmt::format("arg{}", arg_index) : spec.name;
   s.arg_index = arg_index;
   s.dtype = spec.dtype;
+  s.value = spec.value;
   k_.scalars.push_back(s);
   auto v = std::make_shared<Var>();
   v->id = next_var_++;
   v->scalar = int(k_.scalars.size()) - 1;
   return v;  // its device value is made on first use inside a loop (ScalarArg op)
+}
+
+int64_t Tracer::scalar_value(const Var& v, const std::source_location& loc) {
+  if (v.scalar < 0)
+    fail("item() reads a scalar argument of the kernel in host code; this is not one", loc,
+         "use x.size(d) for a tensor's sizes");
+  if (!open_loops_.empty())
+    fail("item() is host code: call it before the outermost tile loop", loc,
+         "inside tile loops, use the scalar itself (it is a device value there)");
+  ir::ScalarParam& s = k_.scalars[size_t(v.scalar)];
+  if (s.dtype != DType::i64)
+    fail(fmt::format("item() needs an integer scalar argument; '{}' is {}", s.name, dtype_name(s.dtype)), loc,
+         "pass the size as an integer (int64_t)");
+  s.specialized = true;
+  return s.value;
 }
 
 std::shared_ptr<Var> Tracer::new_output(std::vector<int64_t> shape, DType dtype, const std::source_location& loc,
@@ -149,6 +165,12 @@ ir::Kernel Tracer::finish() {
          "wrap the computation in `for (auto tile : hl::tile(out.sizes()))`");
   if (k_.outputs.empty())
     fail("the kernel returns nothing", k_.loc, "return the output tensors from the lambda");
+  for (const auto& [axis, op] : unsized_axes_)
+    if (!sized_axes_.count(axis))
+      fail(fmt::format("tile '{}' has bounds computed on the device but never indexes a tensor, so nothing bounds it",
+                       k_.axes[size_t(axis)].name),
+           k_.loops[size_t(k_.axes[size_t(axis)].loop)].loc,
+           "index a tensor with the tile (x[tile]): its loop is clipped to that dim, as a Python slice is");
   return k_;
 }
 
@@ -350,6 +372,7 @@ std::shared_ptr<Var> Tracer::index(const Var& tensor, const std::vector<hl::Inde
     const auto& v = entry.get();
     if (auto* t = std::get_if<hl::Tile>(&v)) {
       int axis = tile_axis(*t, loc);
+      size_unsized_axis(axis, size);
       const ir::Axis& ax = k_.axes[size_t(axis)];
       if (ax.extent > size)
         fail(fmt::format("tile '{}' spans {} elements but dim {} of '{}' has size {}", ax.name,
@@ -696,6 +719,8 @@ ir::ValueId Tracer::full(const std::vector<hl::Size>& shape, const hl::Number& v
 
 ir::ValueId Tracer::tile_attr(ir::OpKind kind, const hl::Tile& t, const std::source_location& loc) {
   int axis = tile_axis(t, loc);
+  // An hl::grid index is one element: its block's first.
+  if (kind == ir::OpKind::TileIndex && k_.axes[size_t(axis)].scalar) kind = ir::OpKind::TileBegin;
   ir::Op op;
   op.kind = kind;
   op.axis = axis;
@@ -742,8 +767,13 @@ std::pair<hl::Tiles, int> Tracer::open_loop(const std::vector<int64_t>& extents,
                                             const std::source_location& loc) {
   if (!pending_error_.empty()) fail(pending_error_, pending_error_loc_);
   if (open_loops_.empty() && !k_.top.empty())
-    fail("a kernel has one outermost tile loop (the launch grid); this is a second one", loc,
-         "nest the loops, or tile several dimensions at once with hl::tile({m, n})");
+    fail(fmt::format("a kernel has one outermost tile loop (the launch grid, started once per call), and the one at {} "
+                     "came first; this is a second one. Kernels run as one launch, so a pass that reads what an "
+                     "earlier pass wrote would have no point where every block of the first had finished",
+                     format_location(k_.loops[size_t(k_.top.front().id)].loc)),
+         loc,
+         "split the passes into two kernels called in order, nest the loop inside the first one, or tile several "
+         "dimensions at once with hl::tile({m, n})");
   if (extents.empty()) fail("hl::tile needs at least one dimension", loc);
   ir::Loop loop;
   loop.parent = open_loops_.empty() ? -1 : open_loops_.back().loop;
@@ -754,8 +784,8 @@ std::pair<hl::Tiles, int> Tracer::open_loop(const std::vector<int64_t>& extents,
   for (size_t i = 0; i < extents.size(); ++i) {
     ir::Bound b, e;
     int64_t extent = extents[i];
-    std::vector<const Var*> vars;
-    auto bound = [&](const hl::Bound& hb, ir::Bound& out) {
+    std::vector<const Var*> vars(2, nullptr);  // the user's variables behind a device begin and end
+    auto bound = [&](const hl::Bound& hb, ir::Bound& out, const Var*& var) {
       if (auto* c = std::get_if<int64_t>(&hb.get())) {
         out.constant = *c;
       } else {
@@ -765,19 +795,27 @@ std::pair<hl::Tiles, int> Tracer::open_loop(const std::vector<int64_t>& extents,
                "only inner loops may depend on the current tile (e.g. a causal mask)");
         out.value = use(v, loc, "a loop bound");
         const ir::Value& bv = k_.value(out.value);
-        if (!bv.dims.empty() || is_floating(bv.dtype))
-          fail("a loop bound must be an integer scalar (a tile's begin or end)", loc);
-        const ir::Op& def = k_.ops[size_t(bv.def_op)];
-        if (def.kind != ir::OpKind::TileBegin && def.kind != ir::OpKind::TileEnd)
-          fail("a device loop bound must be a tile's begin() or end()", loc);
+        if (!bv.dims.empty() || is_floating(bv.dtype) || bv.dtype == DType::boolean)
+          fail(fmt::format("a loop bound must be an integer scalar, not a {} value of shape {}", dtype_name(bv.dtype),
+                           shape_text(bv.dims)),
+               loc, "index one element (offsets[b]) or reduce the block to a scalar first");
+        var = &v;
       }
     };
-    if (!begins.empty()) bound(begins[i], b);
-    if (!ends.empty()) bound(ends[i], e);
+    if (!begins.empty()) bound(begins[i], b, vars[0]);
+    if (!ends.empty()) bound(ends[i], e, vars[1]);
     else e.constant = extent;
-    if (e.value >= 0) extent = k_.axes[size_t(k_.ops[size_t(k_.value(e.value).def_op)].axis)].extent;
-    else extent = e.constant - (b.value >= 0 ? 0 : b.constant);
-    if (extent < 0) fail(fmt::format("tile loop over a negative range ({} elements)", extent), loc);
+    bool data_bound = (b.value >= 0 && !is_tile_bound(b.value)) || (e.value >= 0 && !is_tile_bound(e.value));
+    if (data_bound) {
+      extent = 0;  // the dims its tile indexes bound it (learned when it first indexes one)
+    } else if (e.value >= 0) {
+      extent = k_.axes[size_t(k_.ops[size_t(k_.value(e.value).def_op)].axis)].extent;
+    } else {
+      extent = e.constant - (b.value >= 0 ? 0 : b.constant);
+      if (extent < 0) fail(fmt::format("tile loop over a negative range ({} elements)", extent), loc);
+    }
+    int clip_extent = -1;
+    if (data_bound) clip_extent = clip_bounds(b, e, vars, loc);
     ir::Axis ax;
     ax.kind = ir::AxisKind::Tile;
     ax.extent = e.value >= 0 ? extent : e.constant;  // indices run below this
@@ -808,6 +846,7 @@ std::pair<hl::Tiles, int> Tracer::open_loop(const std::vector<int64_t>& extents,
     }
     k_.axes.push_back(ax);
     int axis = int(k_.axes.size()) - 1;
+    if (clip_extent >= 0) unsized_axes_[axis] = clip_extent;
     loop.axes.push_back(axis);
     loop.begin.push_back(b);
     loop.end.push_back(e);
@@ -819,6 +858,69 @@ std::pair<hl::Tiles, int> Tracer::open_loop(const std::vector<int64_t>& extents,
   body().push_back({ir::Stmt::Kind::Loop, loop_id});
   open_loops_.push_back(Frame{loop_id, {}, k_.ops.size()});
   return {tiles, loop_id};
+}
+
+bool Tracer::is_tile_bound(ir::ValueId v) const {
+  const ir::Op& def = k_.ops[size_t(k_.value(v).def_op)];
+  return (def.kind == ir::OpKind::TileBegin || def.kind == ir::OpKind::TileEnd) && !unsized_axes_.count(def.axis);
+}
+
+int Tracer::clip_bounds(ir::Bound& b, ir::Bound& e, const std::vector<const Var*>& vars,
+                        const std::source_location& loc) {
+  auto scalar = [&](ir::Op op, std::vector<const Var*> in) {
+    op.loc = loc;
+    return emit(op, DType::i64, {}, in);
+  };
+  auto constant = [&](int64_t c) {
+    ir::Op op;
+    op.kind = ir::OpKind::Full;
+    op.number = {double(c), c};
+    return scalar(op, {});
+  };
+  auto binary = [&](ir::BinaryFn fn, ir::ValueId x, ir::ValueId y, const Var* x_var) {
+    ir::Op op;
+    op.kind = ir::OpKind::Binary;
+    op.binary = fn;
+    op.inputs = {x, y};
+    return scalar(op, {x_var});
+  };
+  int extent_op = int(k_.ops.size());
+  ir::ValueId extent = constant(0);  // patched when the tile first indexes a tensor
+  ir::ValueId zero = constant(0);
+  auto clip = [&](ir::Bound& bound, const Var* var) {
+    ir::ValueId v = bound.value;
+    if (v < 0) {
+      v = constant(bound.constant);
+    } else if (k_.value(v).dtype != DType::i64) {
+      ir::Op cast;
+      cast.kind = ir::OpKind::Cast;
+      cast.inputs = {v};
+      v = scalar(cast, {var});
+      var = nullptr;
+    }
+    return binary(ir::BinaryFn::Min, binary(ir::BinaryFn::Max, v, zero, var), extent, nullptr);
+  };
+  // A constant begin stays one (targets index blocks from it); the end is clipped past it.
+  ir::ValueId begin;
+  if (b.value >= 0) {
+    begin = b.value = clip(b, vars[0]);
+  } else {
+    b.constant = std::max<int64_t>(b.constant, 0);
+    begin = constant(b.constant);
+  }
+  e.value = binary(ir::BinaryFn::Max, clip(e, vars[1]), begin, nullptr);  // ends before it begins: empty
+  return extent_op;
+}
+
+void Tracer::size_unsized_axis(int axis, int64_t size) {
+  auto it = unsized_axes_.find(axis);
+  if (it == unsized_axes_.end()) return;
+  ir::Axis& ax = k_.axes[size_t(axis)];
+  ax.extent = ax.extent == 0 ? size : std::min(ax.extent, size);
+  k_.ops[size_t(it->second)].number = {double(ax.extent), ax.extent};
+  ir::BlockParam& p = k_.block_params[size_t(ax.block_param)];
+  if (!p.fixed && p.name == "block_" + ax.name) p.max = std::max<int64_t>(next_pow2(std::max<int64_t>(ax.extent, 1)), 1);
+  sized_axes_.insert(axis);
 }
 
 void Tracer::close_loop(int loop_id) {

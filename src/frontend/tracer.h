@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,7 @@ struct ArgSpec {
   DType dtype = DType::f32;
   std::vector<int64_t> shape, strides;
   std::string name;
+  int64_t value = 0;  // integer scalars: the call's value (hl::Tensor::item reads it)
 };
 
 // Records one trace. While alive it is the current tracer of its thread.
@@ -69,6 +71,8 @@ class Tracer {
   // Arguments.
   std::shared_ptr<Var> tensor_arg(const ArgSpec& spec, int arg_index);
   std::shared_ptr<Var> scalar_arg(const ArgSpec& spec, int arg_index);
+  // The value of integer scalar argument `v` in host code; specialises the kernel on it.
+  int64_t scalar_value(const Var& v, const std::source_location& loc);
   // Marks the host tensors a kernel returns.
   void set_outputs(const std::vector<std::shared_ptr<Var>>& outs, const std::source_location& loc);
   // The finished IR (after the lambda returned).
@@ -157,6 +161,14 @@ class Tracer {
   std::vector<int> value_loop_;  // per value: the loop whose body defines it (-1: none)
   std::map<int, int> var_origin_;  // variable -> variable it was copied from
   std::map<int, int> var_depth_;
+  // Tile loops with bounds computed on the device (not a tile's begin or end): the device bounds
+  // are clipped to [0, extent] where extent is the smallest dim the tile indexes; per axis, the
+  // Full op holding that extent, patched as the tile indexes tensors (sized_axes_).
+  bool is_tile_bound(ir::ValueId v) const;
+  int clip_bounds(ir::Bound& b, ir::Bound& e, const std::vector<const Var*>& vars, const std::source_location& loc);
+  void size_unsized_axis(int axis, int64_t size);
+  std::map<int, int> unsized_axes_;
+  std::set<int> sized_axes_;
   std::vector<std::string> used_names_;  // of dims, so that no two share one
   std::map<std::string, int> next_index_;  // per base of generated names ("t", "r"): the next number
   std::string pending_error_;

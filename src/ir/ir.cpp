@@ -199,7 +199,9 @@ std::string print(const Kernel& k, bool locations) {
   for (const auto& t : k.tensors)
     if (t.role == HostRole::Input)
       params.push_back(fmt::format("{}: {}[{}]", t.name, dtype_name(t.dtype), fmt::join(t.shape, ", ")));
-  for (const auto& s : k.scalars) params.push_back(fmt::format("{}: {}", s.name, dtype_name(s.dtype)));
+  for (const auto& s : k.scalars)
+    params.push_back(s.specialized ? fmt::format("{}: {} = {}", s.name, dtype_name(s.dtype), s.value)
+                                   : fmt::format("{}: {}", s.name, dtype_name(s.dtype)));
   out += fmt::format("{}) -> (", fmt::join(params, ", "));
   std::vector<std::string> outs;
   for (int o : k.outputs) {

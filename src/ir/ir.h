@@ -51,6 +51,9 @@ struct ScalarParam {
   std::string name;
   int arg_index = -1;
   DType dtype = DType::f32;  // f32 or i64
+  // Host code read the value (hl::Tensor::item): the kernel is specialised on it.
+  bool specialized = false;
+  int64_t value = 0;
 };
 
 // ---- axes and block sizes --------------------------------------------------------------------

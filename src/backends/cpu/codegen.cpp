@@ -1129,7 +1129,8 @@ class Generator {
     scalars_.clear();
     const ir::Op& op = k_.ops[size_t(k_.value(b.value).def_op)];
     if (op.kind == OpKind::TileBegin) return fmt::format("o_{}", axis(op.axis));
-    return fmt::format("(o_{} + n_{})", axis(op.axis), axis(op.axis));
+    if (op.kind == OpKind::TileEnd) return fmt::format("(o_{} + n_{})", axis(op.axis), axis(op.axis));
+    return value(b.value);  // computed by the enclosing body (read from a tensor, arithmetic)
   }
 
   // Whether a group after a dot's loop may run in sub-tiles of the dot's N block: it maps

@@ -266,7 +266,9 @@ class Analysis {
     in.axis = loop.axes.front();
     in.index = "i_" + py_name(k.axes[size_t(in.axis)].name);
     if (loop.begin[0].value >= 0)
-      unsupported("inner loops that start at a bound computed on the device", "has one", format_location(loop.loc));
+      unsupported("inner loops that start at a bound computed on the device (its blocks are indexed from a "
+                  "constant first element)",
+                  "has one", format_location(loop.loc));
     in.begin = loop.begin[0].constant;
     in.end = loop.end[0].value;
     bool staged = false, in_place = false;

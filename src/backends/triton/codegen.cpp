@@ -91,6 +91,7 @@ struct AxisInfo {
   bool looped = false;   // a reduced dim split into blocks: loops over them (ReduceLoop)
   int loop = -1;         // the tile loop, or -1 for whole and fixed dims
   ir::ValueId end = -1;  // an end computed on the device (an inner loop's bound)
+  ir::ValueId begin_value = -1;  // a begin computed on the device (then `begin` is 0)
 };
 
 using plan::ReduceLoop;
@@ -107,8 +108,6 @@ class Analysis {
       if (loop.grid) continue;
       if (loop.axes.size() != 1)
         unsupported("inner loops over several axes", "tiles several dims in one inner loop", format_location(loop.loc));
-      if (loop.begin[0].value >= 0)
-        unsupported("inner loops that start at a bound computed on the device", "has one", format_location(loop.loc));
     }
     axes.resize(k.axes.size());
     for (size_t a = 0; a < k.axes.size(); ++a) {
@@ -122,6 +121,7 @@ class Analysis {
         in.scalar = ax.scalar;
         in.begin = loop.begin[i].constant;
         in.end = loop.end[i].value;
+        in.begin_value = loop.begin[i].value;
         in.block = ax.scalar ? 1 : p.block[a];
         int64_t span = std::max<int64_t>(ax.extent - in.begin, 0);
         in.masked = in.end >= 0 || span % in.block != 0;
@@ -320,6 +320,7 @@ class Generator {
     if (in.loop < 0) return "0";
     std::string index = in.grid ? "pid_" + axis_name(a) : loop_index(in.loop);
     std::string s = in.block == 1 ? index : fmt::format("{} * {}", index, axis_const(a));
+    if (in.begin_value >= 0) return fmt::format("{} + {}", names_.at(in.begin_value), s);
     return in.begin ? fmt::format("{} + {}", in.begin, s) : s;
   }
   std::string axis_end(int a) const {
@@ -483,7 +484,8 @@ class Generator {
     std::string trips = fmt::format("{}", an_.blocks(a));
     if (in.end >= 0) {
       std::string end = names_.at(in.end);
-      trips = fmt::format("tl.cdiv({}, {})", in.begin ? fmt::format("{} - {}", end, in.begin) : end, axis_const(a));
+      std::string begin = in.begin_value >= 0 ? names_.at(in.begin_value) : fmt::format("{}", in.begin);
+      trips = fmt::format("tl.cdiv({}, {})", begin != "0" ? fmt::format("{} - {}", end, begin) : end, axis_const(a));
     }
     // The descriptors of the loop's accesses are made once, before it.
     for (const ir::Stmt& s : loop.body)
