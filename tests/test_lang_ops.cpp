@@ -198,6 +198,7 @@ TEST(PallasLangOps, RejectsInt64ShiftsItCannotBound) {
   } catch (const Error& e) {
     std::string what = e.what();
     EXPECT_NE(what.find("int32"), std::string::npos) << what;
+    EXPECT_NE(what.find("left_shift"), std::string::npos) << what;
     EXPECT_NE(what.find("test_lang_ops.cpp"), std::string::npos) << what;
   }
 }

@@ -132,9 +132,9 @@ hl::Tensor apply(BinaryFn f, const hl::Tensor& a, const hl::Tensor& b) {
     case BinaryFn::Shr: return a.to(DType::i32) >> b.to(DType::i32);
     case BinaryFn::Mod: return a.to(DType::i32) % b.to(DType::i32);
     case BinaryFn::FloorDiv: return hl::floor_divide(a.to(DType::i32), b.to(DType::i32));
-    case BinaryFn::Rand: return hl::rand(a.to(DType::i64), b.to(DType::i64));
-    case BinaryFn::Randn: return hl::randn(a.to(DType::i64), b.to(DType::i64));
-    case BinaryFn::RandInt: return hl::randint(a.to(DType::i64), b.to(DType::i64));
+    case BinaryFn::Rand: return hl::rand(a.to(DType::i32), b.to(DType::i32));
+    case BinaryFn::Randn: return hl::randn(a.to(DType::i32), b.to(DType::i32));
+    case BinaryFn::RandInt: return hl::randint(a.to(DType::i32), b.to(DType::i32));
   }
   return a;
 }

@@ -68,7 +68,7 @@ std::string literal(const ir::Constant& c, DType t) {
 }
 
 // Integer and random functions the module spells as Python helpers, written into a module
-// only when its kernel uses them (Rule: what torch computes, in int32, which TPUs have).
+// only when its kernel uses them: torch's semantics, in int32 and uint32 (TPUs have no 64-bit integers).
 constexpr const char* kShiftHelpers = R"(def _shl(a, b, bits):
     """torch's <<: a count outside [0, bits) gives 0."""
     return jnp.where((b < 0) | (b >= bits), 0, jax.lax.shift_left(a, jnp.clip(b, 0, 31)))
