@@ -53,6 +53,12 @@ if(TARGET deuteron_cli)
   set_tests_properties(pallas_flash_peer PROPERTIES TIMEOUT 600 LABELS pallas)
   add_test(NAME triton_catalogue COMMAND bash ${PROJECT_SOURCE_DIR}/tests/target_catalogue.sh $<TARGET_FILE:deuteron_cli> triton --interpret)
   set_tests_properties(triton_catalogue PROPERTIES TIMEOUT 1200 LABELS triton)
+  # The prepared GPU benchmark, kept runnable: two kernels under the interpreter, tuned briefly.
+  add_test(NAME triton_gpu_script COMMAND ${PROJECT_SOURCE_DIR}/.venv/bin/python ${PROJECT_SOURCE_DIR}/bench/triton_gpu.py
+                                          --deuteron $<TARGET_FILE:deuteron_cli> --interpret --shapes small
+                                          --kernels softmax,matmul --tune-budget 2 --fresh-cache
+                                          --out ${PROJECT_BINARY_DIR}/triton_gpu_script)
+  set_tests_properties(triton_gpu_script PROPERTIES TIMEOUT 900 LABELS triton)
 endif()
 
 deuteron_layer_files(tests DEPENDS api examples FILES ${DEUTERON_TEST_SOURCES})
