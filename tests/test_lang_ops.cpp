@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -14,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "api/api.h"
+#include "backends/python/runner.h"
 #include "deuteron/deuteron.h"
 #include "philox_reference.h"
 #include "test_support.h"
@@ -98,6 +100,38 @@ TEST_P(LangOps, RandomNumbersMatchPhiloxReferenceBitForBit) {
       }
     }
   }
+}
+
+// For offsets below 2^32 the key and counter layout is Triton's, so hl::randint is tl.randint
+// word for word (hl::rand is not tl.rand, which scales 31 bits). Runs tl.randint itself under
+// Triton's interpreter in the project's venv.
+TEST(TritonLangOps, RandintIsTlRandint) {
+  ScopedEnv interpret("TRITON_INTERPRET", "1");
+  const std::string script =
+      "import torch, triton, triton.language as tl\n"
+      "@triton.jit\n"
+      "def k(out, seed):\n"
+      "    o = 1000 + tl.arange(0, 64)\n"
+      "    tl.store(out + tl.arange(0, 64), tl.randint(seed, o))\n"
+      "a = torch.zeros(64, dtype=torch.int32)\n"
+      "k[(1,)](a, 123456789)\n"
+      "print(' '.join(str(v) for v in a.tolist()))\n";
+  std::string path = testing::TempDir() + "tl_randint.py";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(script.c_str(), f);
+    std::fclose(f);
+  }
+  std::string command = python::python_path().string() + " " + path;
+  std::FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::vector<int64_t> got;
+  long long v;
+  while (std::fscanf(pipe, "%lld", &v) == 1) got.push_back(v);
+  ASSERT_EQ(pclose(pipe), 0) << command;
+  ASSERT_EQ(got.size(), 64u) << command;
+  for (int64_t i = 0; i < 64; ++i) EXPECT_EQ(got[size_t(i)], testing_support::randint_reference(123456789, 1000 + i)) << i;
 }
 
 // ---- integer operations -----------------------------------------------------------------------
@@ -200,6 +234,28 @@ TEST(PallasLangOps, RejectsInt64ShiftsItCannotBound) {
     EXPECT_NE(what.find("int32"), std::string::npos) << what;
     EXPECT_NE(what.find("left_shift"), std::string::npos) << what;
     EXPECT_NE(what.find("test_lang_ops.cpp"), std::string::npos) << what;
+  }
+}
+
+// int64 arithmetic on indices, as kernels write it: on pallas each value must be provably within
+// int32 (the range analysis bounds &, >>, %, // and << by a constant), everywhere it is exact.
+const auto index_kernel = deuteron::kernel("lang_index_bits", [](hl::Tensor x) {
+  auto out = hl::empty_like(x, DType::i32);  // (pallas has no int64 outputs)
+  for (auto t : hl::tile(x.size(0))) {
+    auto i = t.index() * 7919 - 5000;
+    out[t] = (((i & 0xff) << 4) + (i >> 3) + i % 13 + hl::floor_divide(i, -6) + ((i & 0x3ff) ^ 0x5a)).to(DType::i32);
+  }
+  return out;
+}, kUntuned);
+
+TEST_P(LangOps, Int64IndexArithmeticThatFitsInt32) {
+  for (int64_t n : {int64_t(1000), int64_t(1)}) {
+    Tensor out = run(index_kernel, {Tensor::zeros({n}, DType::f32)}).at(0);
+    for (int64_t k = 0; k < n; ++k) {
+      int64_t i = k * 7919 - 5000;
+      int64_t want = ((i & 0xff) << 4) + (i >> 3) + reference_integer(5, i, 13, 64) + reference_integer(6, i, -6, 64) + ((i & 0x3ff) ^ 0x5a);
+      ASSERT_EQ(int64_t(out.get(k)), want) << target() << " at i=" << i;
+    }
   }
 }
 

@@ -784,6 +784,11 @@ class Analysis {
             [[fallthrough]];
           case ir::BinaryFn::BitOr:
           case ir::BinaryFn::BitXor:
+            if (a.lo >= 0 && b.lo >= 0) {  // below the next power of two
+              __int128 top = 1;
+              while (top <= std::max(a.hi, b.hi) && top < kWide) top <<= 1;
+              return {0, top - 1};
+            }
             return fits_int32(a) && fits_int32(b) ? of_dtype(DType::i32) : of_dtype(val.dtype);
           case ir::BinaryFn::Shr: return {std::min(a.lo, __int128(0)), std::max(a.hi, __int128(0))};
           case ir::BinaryFn::Shl:
