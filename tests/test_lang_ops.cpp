@@ -366,6 +366,45 @@ TEST_P(LangOps, MathFollowsTorchAtEdgeCases) {
   }
 }
 
+// hl::clamp, hl::maximum and the amax/amin reductions propagate NaN, as torch's do (Triton's
+// tl.maximum and tl.max drop it unless told).
+const auto nan_kernel = deuteron::kernel("lang_nan", [](hl::Tensor x) {
+  auto big = hl::empty({x.size(0)});
+  auto small = hl::empty({x.size(0)});
+  auto pairwise = hl::empty_like(x);
+  for (auto tm : hl::tile(x.size(0))) {
+    auto row = x[{tm, hl::all}];
+    big[tm] = row.amax(1);
+    small[tm] = row.amin(1);
+    pairwise[{tm, hl::all}] = hl::maximum(row, 0.0) + hl::minimum(row, 1.0);
+  }
+  return std::tuple{big, small, pairwise};
+}, kUntuned);
+
+TEST_P(LangOps, NaNPropagatesThroughMaxMinAndClamp) {
+  const int64_t rows = 3, cols = 37;
+  Tensor x = Tensor::rand({rows, cols}, DType::f32, 7, -2.0, 2.0);
+  x.set(1 * cols + 20, kNaN);  // row 1 holds a NaN
+  Outputs out = run(nan_kernel, {x});
+  for (int64_t i = 0; i < rows; ++i) {
+    double mx = -kInf, mn = kInf;
+    bool nan = false;
+    for (int64_t j = 0; j < cols; ++j) {
+      double v = x.get(i * cols + j);
+      nan = nan || std::isnan(v);
+      mx = std::max(mx, v);
+      mn = std::min(mn, v);
+    }
+    EXPECT_TRUE(near(out[0].get(i), nan ? kNaN : mx, 0, DType::f32)) << target() << " amax of row " << i << ": " << out[0].get(i);
+    EXPECT_TRUE(near(out[1].get(i), nan ? kNaN : mn, 0, DType::f32)) << target() << " amin of row " << i << ": " << out[1].get(i);
+    for (int64_t j = 0; j < cols; ++j) {
+      double v = x.get(i * cols + j);
+      double want = std::isnan(v) ? kNaN : double(float(std::max(v, 0.0) + std::min(v, 1.0)));
+      EXPECT_TRUE(near(out[2].get(i * cols + j), want, 0, DType::f32)) << target() << " at " << i << ", " << j;
+    }
+  }
+}
+
 // ---- errors at the user's line ------------------------------------------------------------------
 
 void expect_kernel_error(const KernelBase& k, const std::vector<Arg>& args, const std::string& part) {

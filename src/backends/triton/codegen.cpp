@@ -113,6 +113,16 @@ def _pow(a, b):
     r = tl.where((b64 == 0.0) | (a64 == 1.0) | ((a64 == -1.0) & (tl.abs(b64) == float("inf"))), 1.0, r)
     return r.to(tl.float32)
 )";
+constexpr const char* kNanMinMaxHelper = R"(@triton.jit
+def _max_nan(a, b):
+    """torch.amax's combine: NaN propagates."""
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _min_nan(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+)";
 constexpr const char* kShiftHelper = R"(@triton.jit
 def _shl(a, b, BITS: tl.constexpr):
     """torch's <<: a count outside [0, BITS) gives 0 (a shift by BITS or more is undefined in LLVM)."""
@@ -755,19 +765,25 @@ class Generator {
     return out;
   }
 
-  static const char* reduce_fn(ir::ReduceFn f) {
+  // Float amax/amin reduce with the NaN-propagating helpers (tl.max and tl.min drop NaN, where
+  // torch.amax gives NaN); the rest with tl.sum/max/min.
+  static std::string reduce(ir::ReduceFn f, DType t, const std::string& x, int dim, bool keepdim) {
+    std::string keep = keepdim ? ", keep_dims=True" : "";
+    bool nan = is_floating(t) && f != ir::ReduceFn::Sum;
     switch (f) {
-      case ir::ReduceFn::Sum: return "tl.sum";
-      case ir::ReduceFn::Max: return "tl.max";
-      case ir::ReduceFn::Min: return "tl.min";
+      case ir::ReduceFn::Sum: return fmt::format("tl.sum({}, axis={}{})", x, dim, keep);
+      case ir::ReduceFn::Max:
+        return nan ? fmt::format("tl.reduce({}, {}, _max_nan{})", x, dim, keep) : fmt::format("tl.max({}, axis={}{})", x, dim, keep);
+      case ir::ReduceFn::Min:
+        return nan ? fmt::format("tl.reduce({}, {}, _min_nan{})", x, dim, keep) : fmt::format("tl.min({}, axis={}{})", x, dim, keep);
     }
-    return "tl.sum";
+    return x;
   }
-  static std::string combine(ir::ReduceFn f, const std::string& acc, const std::string& x) {
+  static std::string combine(ir::ReduceFn f, DType t, const std::string& acc, const std::string& x) {
     switch (f) {
-      case ir::ReduceFn::Sum: return fmt::format("{} + {}", acc, x);
-      case ir::ReduceFn::Max: return fmt::format("tl.maximum({}, {})", acc, x);
-      case ir::ReduceFn::Min: return fmt::format("tl.minimum({}, {})", acc, x);
+      case ir::ReduceFn::Sum: return binary(ir::BinaryFn::Add, acc, x, t);
+      case ir::ReduceFn::Max: return binary(ir::BinaryFn::Max, acc, x, t);
+      case ir::ReduceFn::Min: return binary(ir::BinaryFn::Min, acc, x, t);
     }
     return x;
   }
@@ -869,6 +885,10 @@ class Generator {
     if (uses(UnaryFn::Log1p)) out.push_back(kLog1pHelper);
     if (uses(UnaryFn::Expm1)) out.push_back(kExpm1Helper);
     if (uses(BinaryFn::Pow)) out.push_back(kPowHelper);
+    if (std::any_of(k_.ops.begin(), k_.ops.end(), [&](const ir::Op& op) {
+          return op.kind == OpKind::Reduce && op.reduce != ir::ReduceFn::Sum && is_floating(k_.value(op.result).dtype);
+        }))
+      out.push_back(kNanMinMaxHelper);
     if (uses(BinaryFn::Shl, BinaryFn::Shr)) out.push_back(kShiftHelper);
     if (uses(BinaryFn::FloorDiv, BinaryFn::Mod)) out.push_back(kDivisionHelper);
     if (uses(BinaryFn::Rand, BinaryFn::Randn, BinaryFn::RandInt)) out.push_back(kRandomHelper);
@@ -1041,8 +1061,8 @@ class Generator {
           if (!m.empty())
             x = fmt::format("tl.where({}, {}, {})", align(m, {axis}, in_dims(0), false, op), x, identity(op.reduce, r.dtype));
         }
-        e = fmt::format("{}({}, axis={}{})", reduce_fn(op.reduce), x, op.dim, op.keepdim ? ", keep_dims=True" : "");
-        if (an_.looped(axis)) e = combine(op.reduce, name(op.result), e);  // this block into the running result
+        e = reduce(op.reduce, r.dtype, x, op.dim, op.keepdim);
+        if (an_.looped(axis)) e = combine(op.reduce, r.dtype, name(op.result), e);  // this block into the running result
         what = fmt::format("{} over {}", ir::name(op.reduce), ir::dim_name(k_, axis));
         break;
       }
