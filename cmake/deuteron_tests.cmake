@@ -59,6 +59,14 @@ if(TARGET deuteron_cli)
                                           --kernels softmax,matmul --tune-budget 2 --fresh-cache
                                           --out ${PROJECT_BINARY_DIR}/triton_gpu_script)
   set_tests_properties(triton_gpu_script PROPERTIES TIMEOUT 900 LABELS triton)
+  # deuteron aot: a build compiled by examples/aot (cpu), and the Python targets' modules.
+  foreach(mode cpu pallas triton)
+    add_test(NAME aot_${mode} COMMAND bash ${PROJECT_SOURCE_DIR}/tests/aot_test.sh $<TARGET_FILE:deuteron_cli>
+                                      ${PROJECT_SOURCE_DIR} ${CMAKE_COMMAND} ${mode})
+  endforeach()
+  set_tests_properties(aot_cpu PROPERTIES TIMEOUT 600 LABELS "aot;consumer")
+  set_tests_properties(aot_pallas PROPERTIES TIMEOUT 600 LABELS "aot;pallas")
+  set_tests_properties(aot_triton PROPERTIES TIMEOUT 600 LABELS "aot;triton")
 endif()
 
 deuteron_layer_files(tests DEPENDS api examples FILES ${DEUTERON_TEST_SOURCES})

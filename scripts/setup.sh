@@ -19,7 +19,7 @@ done
 
 # What each package is for is listed in README.md.
 PACKAGES=(g++ cmake ninja-build libfmt-dev nlohmann-json3-dev libcli11-dev libxxhash-dev
-          libdlpack-dev libgtest-dev)
+          libdlpack-dev libgtest-dev pkg-config libcairo2-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

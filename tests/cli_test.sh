@@ -109,4 +109,36 @@ check "model: double-buffered resident K and V do not fit v7x at S=32768, with t
 out=$("$BIN" emit attention --target pallas --chip v7x --shape 8,32,32768,256 --dtype bfloat16 --explain-vmem 2>&1)
 check "emit at a shape of 12 GiB of inputs makes none, and explains VMEM" has "$out" 'pruned  inner_kv="resident" buffers_kv=2'
 
+# Pictures of the pipeline: a PNG (its signature, then an IHDR chunk of the drawn size).
+png_ok() {  # png_ok FILE: the PNG signature and an IHDR of 1800 x (more than 200) pixels
+  local h; h=$(od -An -tx1 -N24 "$1" | tr -d ' \n')
+  [ "${h:0:16}" = 89504e470d0a1a0a ] && [ "${h:24:8}" = 49484452 ] && [ $((16#${h:32:8})) -eq 1800 ] &&
+    [ $((16#${h:40:8})) -gt 200 ]
+}
+pics="$DEUTERON_CACHE_DIR/pictures"; mkdir -p "$pics"
+"$BIN" model attention --target pallas --chip v7x --shape 8,32,4096,256 --dtype bfloat16 --strategy emit_pipeline \
+    --candidates 20 --timeline "$pics/attention.png" >/dev/null
+check "model --timeline writes a PNG" png_ok "$pics/attention.png"
+"$BIN" model add --shape 300,700 --timeline "$pics/add.png" >/dev/null
+check "model --timeline on the cpu target writes a PNG" png_ok "$pics/add.png"
+out=$("$BIN" model add --shape 300,700 --timeline /nonexistent/dir/add.png 2>&1)
+check "model --timeline into a directory that is not there says so" has "$out" "cannot write the timeline to '/nonexistent/dir/add.png'"
+"$BIN" run add --shape 300,700 --repeat 1 --timeline "$pics/run.png" >/dev/null
+check "run --timeline draws the measured grid steps on the cpu" png_ok "$pics/run.png"
+check "normal runs do not trace" bash -c "! '$BIN' emit add --shape 300,700 | grep -q _trace"
+
+# Offline tuning by the model: a config per chip and shape, no device, no inputs (S=32768 has
+# 12 GiB of them); K and V stay resident while they fit VMEM, stream at S=32768.
+t=$("$BIN" tune attention --target pallas --chip v7x --shape 8,32,4096,256 --dtype bfloat16 --by-model --model-candidates 40 --json)
+check "tune --by-model keeps K and V resident at S=4096 on v7x" has "$t" '"inner_kv":"resident"'
+t=$("$BIN" tune attention --target pallas --chip v7x --shape 8,32,32768,256 --dtype bfloat16 --by-model --model-candidates 40 --json)
+check "tune --by-model streams K and V at S=32768 on v7x" has "$t" '"inner_kv":"stream"'
+check "the cache lists the choice as model-chosen" has "$("$BIN" cache list attention)" "(model-chosen)"
+# On a target that measures (the cpu), a measured tune replaces the model's choice.
+"$BIN" tune add --shape 300,700 --by-model --model-candidates 20 >/dev/null
+check "tune --by-model on the cpu caches a model-chosen entry" has "$("$BIN" cache list add)" "(model-chosen)"
+out=$("$BIN" tune add --shape 300,700 --effort quick --max-candidates 3 --time-budget 5 --progress quiet)
+check "a measured tune says it replaced the model's choice" has "$out" "replaced the model-chosen config"
+check "the model-chosen entry is gone" bash -c "! '$BIN' cache list add | grep -q 'model-chosen'"
+
 checks_done

@@ -24,6 +24,7 @@
 
 #include "api/api.h"
 #include "autotune/autotune.h"
+#include "autotune/by_model.h"
 #include "autotune/cache.h"
 #include "autotune/process.h"
 #include "autotune/search.h"
@@ -770,6 +771,39 @@ TEST_F(Autotune, NewProcessUsesTheCacheWithoutTuningOrCompiling) {
   waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's checks failed (its output is above)";
+}
+
+// tune --by-model: a model-chosen entry, under its own key, serves kernel calls (origin
+// "model") until a measured tune of the same specialisation replaces it.
+TEST_F(Autotune, AModelChosenEntryServesUntilAMeasuredTuneReplacesIt) {
+  forget("autotune_test_add");
+  auto args = add_args(33, 130);
+  auto s = specialize(tune_add, args);
+  autotune::CacheEntry m = autotune::tune_by_model(s, 30);
+  EXPECT_EQ(m.info.value("origin", ""), "model");
+  EXPECT_GT(m.time_s, 0);
+  EXPECT_TRUE(fs::exists(m.key.path()));
+  ASSERT_TRUE(autotune::model_entry(s));
+  EXPECT_EQ(autotune::model_entry(s)->config.dump(), m.config.dump());
+  // A kernel call takes it, without tuning.
+  driver::Choice c = autotune::choose(s, "quick");
+  EXPECT_EQ(c.origin, "model");
+  EXPECT_FALSE(c.tuned);
+  EXPECT_EQ(c.config.dump(), m.config.dump());
+  // A measured tune does not return the model's entry as its own: it measures, caches, and
+  // removes the model's.
+  autotune::TuneOptions o = small_options();
+  o.args = args;
+  o.reference = add_reference;
+  autotune::TuneResult r = autotune::tune(s, o);
+  EXPECT_FALSE(r.from_cache);
+  EXPECT_TRUE(r.replaced_model);
+  EXPECT_FALSE(fs::exists(m.key.path()));
+  EXPECT_FALSE(autotune::model_entry(s));
+  autotune::clear_memory_cache();
+  driver::Choice after = autotune::choose(s, "quick");
+  EXPECT_EQ(after.origin, "cache");
+  EXPECT_EQ(after.config.dump(), r.best.dump());
 }
 
 // A kernel call tunes through the public entry point (no hook to install, no link option),

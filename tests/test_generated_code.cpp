@@ -46,5 +46,40 @@ TEST(GeneratedCode, ReadsLikeHandWrittenCode) {
   }
 }
 
+driver::Specialized specialize_at(const std::string& kernel, const std::vector<int64_t>& shape) {
+  const examples::Entry& e = examples::find(kernel);
+  return driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, e.inputs(shape, DType::f32, 1)), "cpu");
+}
+
+// A general variant (deuteron aot) reads every size at run time: its source is the same at any
+// shape and holds none of the shape's numbers; the one-shape variant is what emit prints.
+TEST(GeneratedCode, GeneralVariantReadsItsSizes) {
+  const config::Config looped = config::Config::parse(R"({"block_rows":8,"reduce_r0":256})");
+  driver::Specialized a = specialize_at("softmax", {1031, 2053}), b = specialize_at("softmax", {1037, 2063});
+  backends::AotVariant ga = a.backend->emit_aot(driver::lower(a, driver::complete(a, looped)), "k_general", true);
+  backends::AotVariant gb = b.backend->emit_aot(driver::lower(b, driver::complete(b, looped)), "k_general", true);
+  EXPECT_EQ(ga.source, gb.source);
+  EXPECT_EQ(ga.scratch_per_thread, gb.scratch_per_thread);
+  for (const char* number : {"1031", "2053", "1030", "2052", "129"}) EXPECT_EQ(ga.source.find(number), std::string::npos) << number;
+  EXPECT_NE(ga.source.find("const int64_t* sizes"), std::string::npos);
+  EXPECT_NE(ga.source.find("extern \"C\" void k_general("), std::string::npos);
+
+  plan::Plan p = driver::lower(a, driver::complete(a, looped));
+  std::string one = a.backend->emit_aot(p, "k_1031x2053", false).source, printed = a.backend->emit(p);
+  EXPECT_EQ(one.replace(one.find("k_1031x2053"), 11, "deuteron_softmax"), printed);
+}
+
+// What a general variant cannot hold is a ConfigError naming it: a copy spanning a whole dim.
+TEST(GeneratedCode, GeneralVariantRefusesResidentOperands) {
+  driver::Specialized s = specialize_at("matmul", {130, 67, 100});
+  config::Config c = driver::complete(s, config::Config::parse(R"({"inner_k":"in_place","inner_k_y":"resident"})"));
+  try {
+    s.backend->emit_aot(driver::lower(s, c), "k", true);
+    FAIL() << "a resident operand was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(e.message().find("keep y resident"), std::string::npos) << e.message();
+  }
+}
+
 }  // namespace
 }  // namespace deuteron

@@ -2,6 +2,10 @@
 // against the kernel's own arithmetic, what bounds it, and how placements change what moves.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+#include <set>
+
 #include "catalogue.h"
 #include "driver/driver.h"
 #include "frontend/tracer.h"
@@ -60,6 +64,8 @@ TEST(Model, AddMovesItsArraysOnceAndIsMemoryBound) {
   EXPECT_DOUBLE_EQ(m.bytes, bytes);
   EXPECT_DOUBLE_EQ(m.flops, 256.0 * 1024);  // one add per element
   EXPECT_EQ(m.bound, model::Bound::Memory);
+  // The copies run back to back: the last block's adds run while the block before it is
+  // written back, so nothing but memory shows.
   EXPECT_NEAR(m.seconds, bytes / 1e11, 1e-12);
   EXPECT_NEAR(m.peak_fraction, 1.0, 1e-9);
 }
@@ -99,6 +105,200 @@ TEST(Model, ResidentOperandsAreFetchedOncePerOuterBlockAndStreamedOnesWaitForThe
   EXPECT_EQ(r.bubble_seconds, 0);
   EXPECT_GT(s.bubble_seconds, 0);
   EXPECT_DOUBLE_EQ(r.flops, s.flops);  // the same work either way
+}
+
+// ---- the schedule ---------------------------------------------------------------------------
+
+using model::Event;
+
+std::vector<const Event*> lane(const model::Schedule& s, Event::Lane l) {
+  std::vector<const Event*> out;
+  for (const Event& e : s.events)
+    if (e.lane == l) out.push_back(&e);
+  std::sort(out.begin(), out.end(), [](const Event* a, const Event* b) { return a->start < b->start; });
+  return out;
+}
+
+double last_end(const model::Schedule& s) {
+  double t = 0;
+  for (const Event& e : s.events) t = std::max(t, e.end);
+  return t;
+}
+
+// What every schedule keeps: events in a lane never overlap, work never starts before its
+// blocks arrive, and for a grid simulated in full the prediction is the last event's end.
+void expect_invariants(const model::Schedule& s) {
+  constexpr double eps = 1e-15;
+  for (Event::Lane l : {Event::Lane::Memory, Event::Lane::Compute}) {
+    std::vector<const Event*> es = lane(s, l);
+    for (size_t i = 1; i < es.size(); ++i)
+      EXPECT_GE(es[i]->start, es[i - 1]->end - eps) << "overlap in lane " << int(l) << " at event " << i;
+    for (const Event* e : es) EXPECT_LE(e->start, e->end);
+  }
+  for (const Event& c : s.events) {
+    if (c.kind != Event::Kind::Compute && c.kind != Event::Kind::Step) continue;
+    for (const Event& m : s.events) {
+      if (m.kind != Event::Kind::Copy || m.step != c.step) continue;
+      // An inner trip needs its own blocks; a step (its fixed cost first) its grid-level ones.
+      bool needs = c.trip >= 0 ? (m.loop == c.loop && m.trip == c.trip) : (m.trip < 0 && c.kind == Event::Kind::Step);
+      if (needs) {
+        EXPECT_GE(c.start, m.end - eps) << "step " << c.step << " trip " << c.trip << " ran before its copy";
+      }
+    }
+  }
+  if (s.simulated_steps == s.steps_per_core && s.steps == s.steps_per_core) {
+    EXPECT_NEAR(s.prediction.seconds, last_end(s), 1e-9 * last_end(s));
+  }
+  const model::Prediction& m = s.prediction;
+  EXPECT_NEAR(m.compute_seconds + m.memory_seconds + m.overhead_seconds + m.bubble_seconds, m.seconds, 1e-15 + 1e-12 * m.seconds);
+}
+
+std::vector<std::vector<int64_t>> attention_shapes(int64_t seq, int64_t d) {
+  return {{1, 2, seq, d}, {1, 2, seq, d}, {1, 2, seq, d}};
+}
+
+config::Json attention_config(const std::string& inner, int buffers) {
+  return {{"block_batch", 1}, {"block_head", 1}, {"block_q", 128}, {"block_kv", 128}, {"num_threads", 1},
+          {"inner_kv", inner}, {"buffers_kv", buffers}, {"inner_kv_k", "loop"}, {"inner_kv_v", "loop"}};
+}
+
+TEST(ModelSchedule, KeepsItsInvariantsForEveryStrategy) {
+  // Shapes that are not multiples of the blocks (ragged last blocks), and a single row.
+  std::vector<plan::Plan> plans = {
+      lower("add", {{200, 1000}, {200, 1000}}, {{"block_t0", 64}, {"block_t1", 256}, {"num_threads", 1}}),
+      lower("add", {{1, 1}, {1, 1}}, {{"block_t0", 1}, {"block_t1", 1}, {"num_threads", 1}}),
+      lower("matmul", {{300, 200}, {200, 250}},
+            {{"block_m", 128}, {"block_n", 128}, {"block_k", 64}, {"num_threads", 1}, {"inner_k", "in_place"},
+             {"inner_k_x", "loop"}, {"inner_k_y", "loop"}}),
+      lower("attention", attention_shapes(600, 64), attention_config("stream", 2)),
+      lower("attention", attention_shapes(600, 64), attention_config("stream", 3)),
+      lower("attention", attention_shapes(600, 64), attention_config("resident", 1)),
+      lower("attention", attention_shapes(600, 64), attention_config("resident", 2)),
+      lower("attention", attention_shapes(600, 64), attention_config("in_place", 1)),
+  };
+  for (bool overlaps : {true, false}) {
+    model::Hardware hw = simple_hardware();
+    hw.step_seconds = 1e-8;
+    hw.overlaps_copies = overlaps;
+    for (const plan::Plan& p : plans) {
+      SCOPED_TRACE(p.kernel.name + " " + p.config.dump() + (overlaps ? " overlapped" : " serial"));
+      model::Schedule s = model::schedule(p, hw, 1 << 20);
+      EXPECT_EQ(s.simulated_steps, s.steps_per_core);
+      expect_invariants(s);
+      model::Prediction m = model::predict(p, hw);
+      EXPECT_DOUBLE_EQ(m.seconds, s.prediction.seconds);  // the same simulation, events or not
+    }
+  }
+}
+
+// Copies of an inner loop run at most `buffers` - 1 trips ahead of the compute: the copy of
+// trip j waits for the compute of trip j - buffers to free its buffer, and a memory-bound loop
+// does use the lookahead it has.
+TEST(ModelSchedule, TheBufferCountLimitsHowFarCopiesRunAhead) {
+  model::Hardware hw = simple_hardware();
+  hw.memory_bytes_per_s = 1e9;  // memory-bound: copies would run ahead if they could
+  for (int buffers : {1, 2, 3}) {
+    SCOPED_TRACE(buffers);
+    model::Schedule s = model::schedule(lower("attention", attention_shapes(1000, 64), attention_config("stream", buffers)), hw, 2);
+    expect_invariants(s);
+    auto compute_end = [&](int64_t step, int64_t trip) {
+      for (const Event& e : s.events)
+        if (e.kind == Event::Kind::Compute && e.step == step && e.trip == trip) return e.end;
+      ADD_FAILURE() << "no compute for trip " << trip;
+      return 0.0;
+    };
+    int ahead = 0;  // copies that start while the trip before theirs still computes
+    for (const Event& e : s.events) {
+      if (e.kind != Event::Kind::Copy || e.trip < 0) continue;
+      if (e.trip >= buffers) {
+        EXPECT_GE(e.start, compute_end(e.step, e.trip - buffers) - 1e-15);
+      }
+      if (e.trip >= 1 && e.start < compute_end(e.step, e.trip - 1)) ++ahead;
+    }
+    if (buffers == 1) {
+      EXPECT_EQ(ahead, 0);
+    } else {
+      EXPECT_GT(ahead, 0);
+    }
+  }
+}
+
+TEST(ModelSchedule, AStreamWaitsForItsFirstBlockInEveryOuterStepAndAResidentLoopDoesNot) {
+  model::Hardware hw = simple_hardware();
+  model::Schedule stream = model::schedule(lower("attention", attention_shapes(512, 64), attention_config("stream", 2)), hw, 100);
+  model::Schedule resident = model::schedule(lower("attention", attention_shapes(512, 64), attention_config("resident", 2)), hw, 100);
+  std::set<int64_t> bubbles;
+  for (const Event& e : stream.events)
+    if (e.kind == Event::Kind::Bubble) {
+      EXPECT_EQ(e.trip, 0);
+      bubbles.insert(e.step);
+    }
+  EXPECT_EQ(int64_t(bubbles.size()), stream.steps_per_core);  // every outer block (2 heads x 4 query blocks)
+  for (const Event& e : resident.events) EXPECT_NE(e.kind, Event::Kind::Bubble);
+  // Resident K and V are copied once per head: twice in all.
+  int kv_copies = 0;
+  for (const Event& e : resident.events)
+    if (e.kind == Event::Kind::Copy && resident.operands[size_t(e.operand)] == "k") ++kv_copies;
+  EXPECT_EQ(kv_copies, 2);
+}
+
+TEST(ModelSchedule, ABigGridIsExtrapolatedFromItsSteadyState) {
+  // 16384 x 4096 and 32768 x 4096 in blocks of 8 x 128: 64k and 128k steps, more than are
+  // simulated; the time per step of the steady state carries over, so twice the rows take
+  // twice the time (up to the pipeline's fill and drain), and the first steps still show.
+  model::Hardware hw = simple_hardware();
+  hw.step_seconds = 1e-7;
+  config::Json cfg = {{"block_t0", 8}, {"block_t1", 128}, {"num_threads", 1}};
+  model::Schedule a = model::schedule(lower("add", {{16384, 4096}, {16384, 4096}}, cfg), hw, 3);
+  model::Schedule b = model::schedule(lower("add", {{32768, 4096}, {32768, 4096}}, cfg), hw, 3);
+  EXPECT_LT(a.simulated_steps, a.steps_per_core);
+  EXPECT_EQ(a.steps, 3);
+  EXPECT_NEAR(b.prediction.seconds / a.prediction.seconds, 2.0, 0.01);
+  // The steady state is the slower lane per step: three 8 x 128 f32 blocks copied, against
+  // the step's fixed cost and its adds.
+  expect_invariants(a);
+  double per_step = std::max(hw.step_seconds + 8.0 * 128 / 1e11, 3.0 * 8 * 128 * 4 / 1e11);
+  EXPECT_NEAR(a.prediction.seconds, per_step * a.steps_per_core, per_step * 4);
+}
+
+// The cpu target's traced build (deuteron run --timeline) records every grid step once, on a
+// thread of the team, in time order per thread, and computes the same result as the normal
+// build, whose source has none of the tracing.
+TEST(ModelSchedule, TheTracedCpuKernelRecordsEveryGridStepAndComputesTheSame) {
+  const examples::Entry& e = examples::find("add");
+  std::vector<Arg> args = e.inputs({67, 301}, DType::f32, 1);  // ragged against the blocks
+  driver::Specialized s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), "cpu");
+  config::Config c;
+  c.set("block_t0", 16);
+  c.set("block_t1", 128);
+  c.set("num_threads", 2);
+  plan::Plan p = driver::lower(s, driver::complete(s, c));
+  std::string normal = s.backend->emit(p);
+  EXPECT_EQ(normal.find("_trace"), std::string::npos);
+  driver::Bound traced = driver::bind_args(s, args), plain = driver::bind_args(s, args);
+  auto exe = s.backend->compile_traced(p);
+  ASSERT_TRUE(exe);
+  EXPECT_TRUE(exe->step_times().size() == size_t(p.grid_size()));  // zeros before a run
+  exe->run(traced.tensors, traced.scalars);
+  s.backend->compile(p)->run(plain.tensors, plain.scalars);
+  std::vector<backends::Executable::StepTime> steps = exe->step_times();
+  ASSERT_EQ(int64_t(steps.size()), p.grid_size());  // 5 x 3 blocks
+  std::map<int, std::vector<backends::Executable::StepTime>> by_thread;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i].step, int64_t(i));
+    EXPECT_GE(steps[i].start, 0);
+    EXPECT_GE(steps[i].end, steps[i].start);
+    EXPECT_GE(steps[i].thread, 0);
+    EXPECT_LT(steps[i].thread, 2);
+    by_thread[steps[i].thread].push_back(steps[i]);
+  }
+  for (auto& [thread, list] : by_thread) {  // a thread runs one step at a time
+    std::sort(list.begin(), list.end(), [](const auto& x, const auto& y) { return x.start < y.start; });
+    for (size_t i = 1; i < list.size(); ++i) EXPECT_GE(list[i].start, list[i - 1].end) << "thread " << thread;
+  }
+  const Tensor &a = traced.outputs.front(), &b = plain.outputs.front();
+  ASSERT_EQ(a.numel(), b.numel());
+  for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a.get(i), b.get(i));
 }
 
 TEST(Model, StepOverheadBoundsTinyBlocks) {

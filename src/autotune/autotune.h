@@ -94,6 +94,7 @@ struct TuneResult {
   double median_compile_s = 0;  // over candidates the compiler actually ran for
   std::vector<Candidate> candidates;
   std::string cache_path, log_path;
+  bool replaced_model = false;  // a model-chosen entry (tune --by-model) was removed for this one
   std::string pin() const;  // KernelOptions{.config = R"({...})"}
 };
 
@@ -106,7 +107,7 @@ TuneResult tune(const driver::Specialized& s, const TuneOptions& options = {});
 // apply). Never throws: when tuning fails it says why on stderr and returns the default config.
 driver::Choice choose(const driver::Specialized& s, const std::string& effort);
 
-// The config the cache holds for s, if any; never tunes.
+// The config the cache holds for s, if any (measured, else model-chosen); never tunes.
 std::optional<config::Config> cached(const driver::Specialized& s);
 // Whether the tuner can time kernels on `target` (it has a harness for it).
 bool can_tune(const std::string& target);

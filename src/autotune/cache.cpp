@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 
 #include <fmt/format.h>
 
@@ -42,6 +43,13 @@ double shape_distance(const CacheKey& a, const CacheKey& b) {
 }
 
 }  // namespace
+
+std::string now_text() {
+  std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
 
 std::string CacheKey::id() const {
   return hash_hex(fmt::format("deuteron-autotune v{}\n{}\n{}\n{}\n{}\n{}\n{}", kFormat, kernel,

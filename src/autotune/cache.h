@@ -65,6 +65,9 @@ std::vector<CacheEntry> related_entries(const CacheKey& key);
 // default, values not in the list take the nearest one (block sizes by ratio).
 config::Config fit_into(const config::ConfigSpace& space, const config::Config& c);
 
+// The time now as an entry's "created" field (UTC, ISO 8601).
+std::string now_text();
+
 // Parses an entry file's text; nullopt with `problem` set when it is corrupt.
 std::optional<CacheEntry> parse_entry(const std::string& text, std::string* problem);
 std::string entry_text(const CacheEntry& e);  // with its checksum

@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "autotune/autotune.h"
+#include "autotune/by_model.h"
 #include "autotune/cache.h"
 #include "autotune/process.h"
 #include "autotune/progress.h"
@@ -262,13 +263,6 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-std::string now_text() {
-  std::time_t t = std::time(nullptr);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
 }
 
 // ---- one tuning run ------------------------------------------------------------------------
@@ -1173,6 +1167,8 @@ TuneResult tune(const driver::Specialized& s, const TuneOptions& options) {
     try {
       write_entry(e);
       tuner.write_log(r);
+      // Measured on the device, it replaces what the model chose (timings in a simulator do not).
+      if (!s.backend->simulated()) r.replaced_model = drop_model_entry(s);
     } catch (const Error& err) {
       std::cerr << "deuteron: cannot write the autotune cache: " << err.message() << "\n";
     }
@@ -1182,10 +1178,17 @@ TuneResult tune(const driver::Specialized& s, const TuneOptions& options) {
   return r;
 }
 
-std::optional<config::Config> cached(const driver::Specialized& s) {
+// The measured entry for s, if any.
+static std::optional<config::Config> measured(const driver::Specialized& s) {
   std::unique_ptr<backends::Harness> harness = s.backend->harness();
   if (!harness) return std::nullopt;
   if (auto e = lookup(make_key(s, harness->hardware_fingerprint(s.limits)), s)) return e->config;
+  return std::nullopt;
+}
+
+std::optional<config::Config> cached(const driver::Specialized& s) {
+  if (std::optional<config::Config> c = measured(s)) return c;
+  if (std::optional<CacheEntry> e = model_entry(s)) return e->config;
   return std::nullopt;
 }
 
@@ -1205,6 +1208,10 @@ driver::Choice choose(const driver::Specialized& s, const std::string& effort) {
     if (std::optional<config::Config> c = cached(s)) return {*c, "cache", false};
     return {s.space.default_config(), "default", false};
   }
+  // A config the model chose for this hardware (deuteron tune --by-model) serves until a
+  // measured tune replaces it.
+  if (o.read_cache && !measured(s))
+    if (std::optional<CacheEntry> e = model_entry(s)) return {e->config, "model", false};
   try {
     TuneResult r = tune(s, o);
     if (!r.from_cache && o.progress != "quiet")

@@ -8,10 +8,12 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "backends/harness.h"
 #include "config/config.h"
+#include "deuteron/error.h"
 #include "deuteron/tensor.h"
 #include "model/model.h"
 #include "plan/plan.h"
@@ -24,6 +26,14 @@ class Executable {
   // tensors: the IR's host tensors in order (inputs and allocated outputs); scalars: the
   // scalar arguments in order.
   virtual void run(const std::vector<Tensor>& tensors, const std::vector<double>& scalars) = 0;
+  // An executable compiled to time its grid steps (Backend::compile_traced): the steps of its
+  // last run, in grid order; empty for any other.
+  struct StepTime {
+    int thread = 0;
+    int64_t step = 0;
+    double start = 0, end = 0;  // seconds from the first step's start
+  };
+  virtual std::vector<StepTime> step_times() const { return {}; }
   bool compiled = false;  // this process invoked the target's compiler for it
   double compile_seconds = 0;
   std::string source_path;
@@ -35,6 +45,24 @@ struct Roofline {
   nlohmann::json details;                         // the same as fields, for --json
   double peak_gflops = 0, peak_gflops_1core = 0;  // f32 FMA, all cores and one
   double copy_gbps = 0, copy_gbps_1core = 0;      // large-array copy, bytes read + written
+};
+
+// One variant of a kernel in an ahead-of-time build (`deuteron aot`): source that builds and
+// runs without Deuteron, and what calling its entry point needs.
+// An index a variant checks (cpu: status word 1 + its number says it failed): a dim of one
+// of the IR's host tensors, indexed with values the kernel computed.
+struct AotIndexCheck {
+  int tensor = -1;
+  int dim = -1;
+  std::string where;  // the line in the user's kernel
+};
+
+struct AotVariant {
+  std::string source;
+  std::string entry;  // the function to call (cpu: an extern "C" symbol; python: `run`)
+  int64_t scratch_per_thread = 0;
+  int threads = 1;
+  std::vector<AotIndexCheck> index_checks;
 };
 
 class Backend {
@@ -82,7 +110,27 @@ class Backend {
   // it): e.g. that a simulator stands in for the hardware. Empty: nothing to say.
   virtual std::string device_note() const { return ""; }
   virtual std::string emit(const plan::Plan& p) const = 0;
+  // The language of this target's ahead-of-time variants: "c++" (built by CMake into a
+  // library), "python" (modules), "" (none).
+  virtual std::string aot_language() const { return ""; }
+  // A variant for an ahead-of-time build, its entry point named `entry` where the language has
+  // symbols. `general`: it reads its sizes at run time and serves any shape (ConfigError when
+  // the plan cannot, or the target has no such variants). Default: the emitted module as is.
+  virtual AotVariant emit_aot(const plan::Plan& p, const std::string& entry, bool general) const {
+    (void)entry;
+    if (general)
+      throw ConfigError(fmt::format("the {} target has no general variants: its code is made for one shape", name()));
+    return {emit(p), "run", 0, 1, {}};
+  }
+  // Files the variants of an ahead-of-time build include, {name, contents}.
+  virtual std::vector<std::pair<std::string, std::string>> aot_support_files() const { return {}; }
   virtual std::unique_ptr<Executable> compile(const plan::Plan& p) const = 0;
+  // An executable that records when each grid step ran on which thread (`deuteron run
+  // --timeline`); the normal one is unchanged. nullptr: this target cannot.
+  virtual std::unique_ptr<Executable> compile_traced(const plan::Plan& p) const {
+    (void)p;
+    return nullptr;
+  }
   // How the autotuner times this target's candidates; nullptr: it cannot (defaults are used).
   virtual std::unique_ptr<Harness> harness() const { return nullptr; }
   // The hardware the performance model (model/model.h) runs a plan of this target on; nullopt:

@@ -40,7 +40,7 @@ Specialized specialize(const KernelBase& k, const std::vector<frontend::ArgSpec>
 // Where a config came from.
 struct Choice {
   config::Config config;
-  std::string origin;  // "pinned", "given", "cache", "tuned", "default"
+  std::string origin;  // "pinned", "given", "cache", "tuned", "model" (chosen by the model), "default"
   bool tuned = false;  // this process ran the autotuner
 };
 

@@ -4,21 +4,28 @@
 // (Backend::model_hardware). It predicts the kernel's time and what bounds it, so strategies
 // and configs can be compared without the device.
 //
-// The model, step by step (per grid step, every step alike):
-//   memory   bytes of every block the step fetches or writes back: a grid-level block only when
-//            its block index changes between consecutive steps (a revisited or unchanged block
-//            is not fetched again); an inner loop's staged or in-place blocks once per trip; a
-//            resident block (the loop's whole extent) when its outer index changes;
+// The model simulates the pipeline of one core, grid step by grid step, on two lanes:
+//   memory   block copies and write-backs, one at a time at the core's share of the bandwidth.
+//            A grid-level block is fetched only when its block index changes (a revisited or
+//            unchanged block is not fetched again), a resident operand (an inner loop's whole
+//            extent) when its outer block changes, an inner loop's staged or in-place blocks
+//            once per trip. A copy may start as many blocks ahead as its buffers allow
+//            (buffers_<axis>, pl.Buffered(n)): with n buffers the block of step s + n - 1 is
+//            issued when step s starts; with one, a block is fetched only after the previous
+//            step's compute is done;
 //   compute  2*M*N*K per block product on the matrix unit; one operation per element of every
 //            other computed value on the vector unit, transcendental functions at their own
-//            rate; an inner loop's body once per trip;
-//   overlap  with double buffering the two lanes overlap (the step costs the longer one),
-//            otherwise they add; a fixed cost per grid step; an inner loop that streams its
-//            operands waits for its first block at the start of every outer step (the bubble).
-// A loop whose end is computed on the device runs half its blocks on average.
+//            rate; a fixed cost per grid step; an inner loop's body once per trip. An inner
+//            loop (emit_pipeline, fori_loop) starts its copies when its outer step starts, so
+//            its first trip waits for its first block: the bubble.
+// Without overlap (Hardware::overlaps_copies false) the two lanes run one after the other.
+// The first grid steps are simulated event by event; for a big grid the time per step of the
+// steady state (over whole periods of the slowest-changing operand) is extrapolated, so a
+// prediction stays cheap. A loop whose end is computed on the device runs half its blocks.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "plan/plan.h"
 
@@ -34,6 +41,9 @@ struct Hardware {
   double memory_bytes_per_s = 0;    // HBM or DRAM, all cores together
   double step_seconds = 0;          // fixed cost of one grid step
   bool overlaps_copies = true;      // copies of the next block run under this one's compute
+  // In-place blocks of an inner loop stream ahead by themselves (a CPU's hardware prefetch),
+  // rather than with the loop's buffer count (a TPU's fori_loop copies them by hand).
+  bool prefetches_in_place = false;
 };
 
 // What bounds the kernel: the largest share of its predicted time.
@@ -55,5 +65,42 @@ struct Prediction {
 
 // The predicted time of plan `p` on `hw`.
 Prediction predict(const plan::Plan& p, const Hardware& hw);
+
+// One interval of the simulated pipeline. A schedule records the events issued during its
+// first steps (a copy issued ahead belongs to a later step).
+struct Event {
+  enum class Lane { Memory, Compute };
+  enum class Kind {
+    Copy,       // memory: a block fetched into fast memory
+    WriteBack,  // memory: a block written back
+    Compute,    // compute: one grid step's own work, or one trip of an inner loop
+    Step,       // compute: the fixed cost of a grid step
+    Wait,       // compute: idle, waiting for a copy (memory)
+    Bubble,     // compute: idle at the start of an inner loop, waiting for its first block
+  };
+  Lane lane = Lane::Compute;
+  Kind kind = Kind::Compute;
+  int operand = -1;   // Copy, WriteBack: index into Schedule::operands
+  int64_t step = 0;   // the grid step (of this core) it belongs to
+  int64_t trip = -1;  // the inner loop's trip, or -1 for the grid level
+  int loop = -1;      // the inner loop (index into Plan::inner_loops), or -1
+  int64_t trips = 1;  // Compute: the trips it stands for (a loop without copies runs them back to back)
+  double start = 0, end = 0;  // seconds from the kernel's start
+};
+const char* name(Event::Kind k);
+
+// The simulated pipeline of one core: the events of its first `steps` grid steps, and the
+// prediction of the same simulation.
+struct Schedule {
+  std::vector<std::string> operands;  // names of the tensors the copies move
+  std::vector<Event> events;          // in the order they were placed
+  int64_t steps = 0;                  // grid steps recorded
+  int64_t steps_per_core = 0;         // grid steps each core runs
+  int64_t simulated_steps = 0;        // steps simulated event by event (the rest extrapolated)
+  Prediction prediction;
+};
+
+// The schedule of plan `p` on `hw`, with the events of the first `steps` grid steps.
+Schedule schedule(const plan::Plan& p, const Hardware& hw, int64_t steps = 3);
 
 }  // namespace deuteron::model

@@ -8,7 +8,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "autotune/autotune.h"
 #include "catalogue.h"
+#include "driver/driver.h"
 #include "frontend/tracer.h"
 
 namespace deuteron::cli {
@@ -34,6 +36,9 @@ void select_chip(const std::string& target, const std::string& chip);
 // memory needs no memory. ArgumentError for a dim that follows no single parameter.
 std::vector<frontend::ArgSpec> arg_specs(const examples::Entry& e, const std::vector<int64_t>& shape, DType dt);
 
+// The tuner's options for kernel `e` on `args`: its reference and tolerances judge candidates.
+autotune::TuneOptions tune_options(const examples::Entry& e, const std::vector<Arg>& args);
+
 // Checks that an option's number is finite and in [lo, hi] (CLI11's Range lets NaN through).
 CLI::Validator finite_range(double lo, double hi);
 
@@ -43,5 +48,14 @@ void add_core_commands(CLI::App& app);
 void add_tune_commands(CLI::App& app);
 // model (model_command.cpp: the performance model's predictions).
 void add_model_commands(CLI::App& app);
+// aot (aot_command.cpp: ahead-of-time builds).
+void add_aot_commands(CLI::App& app);
+
+// deuteron run --timeline: runs the kernel of `s` with `config` on `bound` once more, compiled
+// to record each grid step's thread and times, and draws the first `steps` steps of each
+// thread beside the model's prediction for the same plan into the PNG at `path`. Throws
+// ArgumentError for a target that cannot record its steps.
+void write_run_timeline(const std::string& path, int steps, const std::string& what, const driver::Specialized& s,
+                        const config::Config& config, const driver::Bound& bound);
 
 }  // namespace deuteron::cli

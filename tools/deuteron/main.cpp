@@ -110,6 +110,8 @@ struct RunOptions {
   bool json = false;
   bool explain_fast_memory = false;
   bool interpret = false;
+  std::string timeline;
+  int timeline_steps = 4;
 };
 
 // --interpret: the target's simulator on this CPU, through its own variable.
@@ -164,6 +166,12 @@ int cmd_run(const RunOptions& o) {
   std::optional<backends::Roofline> roof = backends::get(o.target).roofline(false);
   double fraction = !roof ? 0 : e.compute_bound ? gflops / roof->peak_gflops : gbps / roof->copy_gbps;
   bool compiled = r.compiled;
+  if (!o.timeline.empty()) {
+    driver::Specialized s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), o.target);
+    write_run_timeline(o.timeline, o.timeline_steps,
+                       fmt::format("{} {} [{}] on {}", e.name, dtype_name(dt), fmt::join(shape, ", "), o.target), s,
+                       r.config, r.bound);
+  }
 
   if (o.json) {
     Json j = {{"kernel", e.name},     {"target", o.target},       {"shape", shape},
@@ -380,6 +388,10 @@ void add_core_commands(CLI::App& app) {
   add_kernel_opts(run);
   run->add_option("--repeat", o.repeat, "timed runs (default: about one second's worth)")
       ->check(CLI::Range(1, 1000000));
+  run->add_option("--timeline", o.timeline,
+                  "draw the measured per-thread grid steps beside the model's prediction into this PNG file (cpu)");
+  run->add_option("--timeline-steps", o.timeline_steps, "grid steps per thread the timeline shows (default 4)")
+      ->check(CLI::Range(1, 64));
   run->callback([] { std::exit(cmd_run(o)); });
 
   CLI::App* emit = app.add_subcommand("emit", "print a kernel's generated code, IR or plan");
@@ -411,6 +423,7 @@ int main(int argc, char** argv) {
   deuteron::cli::add_core_commands(app);
   deuteron::cli::add_tune_commands(app);
   deuteron::cli::add_model_commands(app);
+  deuteron::cli::add_aot_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

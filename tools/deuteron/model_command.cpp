@@ -1,15 +1,19 @@
 // deuteron model: what the performance model (model/model.h) predicts for a kernel on a target,
 // at any shape (no inputs are made) and without the device.
+#include <algorithm>
+#include <chrono>
 #include <iostream>
-#include <random>
+#include <map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "autotune/by_model.h"
 #include "backends/registry.h"
 #include "commands.h"
 #include "config/keys.h"
 #include "driver/driver.h"
+#include "timeline.h"
 
 namespace deuteron::cli {
 
@@ -18,50 +22,12 @@ namespace {
 using Json = nlohmann::json;
 
 struct ModelOptions {
-  std::string kernel, target = "cpu", shapes, dtype = "float32", config, chip, strategy;
+  std::string kernel, target = "cpu", shapes, dtype = "float32", config, chip, strategy, timeline;
   std::optional<std::string> shape;
   int candidates = 400;
+  int timeline_steps = 3;
   bool json = false;
 };
-
-// --strategy names the Pallas forms; the config spells them as placements.
-std::string placement_of(const std::string& strategy) {
-  if (strategy == "emit_pipeline") return config::keys::kStream;
-  if (strategy == "unroll") return config::keys::kResident;
-  if (strategy == "fori_loop") return config::keys::kInPlace;
-  throw ArgumentError(fmt::format("unknown --strategy '{}'", strategy), "",
-                      "choose emit_pipeline (stream), unroll (resident) or fori_loop (in_place)");
-}
-
-// Every inner loop of the kernel set to `placement` (its operands following it).
-void force_strategy(const driver::Specialized& s, const std::string& placement, config::Config& c) {
-  for (const ir::Loop& loop : s.ir.loops) {
-    if (loop.grid) continue;
-    std::string key = config::keys::inner_loop(s.ir.axes[size_t(loop.axes.front())].name);
-    if (s.space.find(key)) c.set(key, placement);
-  }
-  for (const config::Tunable& t : s.space.tunables())
-    if (!t.follows.empty()) c.set(t.name, config::keys::kFollowLoop);
-}
-
-struct Outcome {
-  config::Config config;
-  std::optional<model::Prediction> prediction;  // nullopt: the config does not fit
-  std::string why;                              // the target's reason, with its arithmetic
-};
-
-Outcome evaluate(const driver::Specialized& s, const config::Config& c) {
-  Outcome o{driver::complete(s, c), std::nullopt, ""};
-  try {
-    plan::Plan p = driver::lower(s, o.config);
-    std::optional<model::Hardware> hw = s.backend->model_hardware(p);
-    if (!hw) throw ArgumentError(fmt::format("the {} target has no hardware description for the model", s.backend->name()));
-    o.prediction = model::predict(p, *hw);
-  } catch (const ConfigError& e) {
-    o.why = e.message();
-  }
-  return o;
-}
 
 int cmd_model(const ModelOptions& o) {
   select_chip(o.target, o.chip);
@@ -71,27 +37,31 @@ int cmd_model(const ModelOptions& o) {
   driver::Specialized s = driver::specialize(*e.kernel, arg_specs(e, shape, dt), o.target);
 
   config::Config base = o.config.empty() ? s.space.default_config() : config::Config::parse(o.config);
-  Outcome best;
-  if (o.strategy.empty()) {
-    best = evaluate(s, base);
-  } else {
-    // The best config of that strategy by the model: the default and random points of the
-    // space (a fixed seed: the same answer every time), each with the strategy forced.
-    std::string placement = placement_of(o.strategy);
-    std::mt19937_64 rng(1);
-    for (int i = 0; i <= o.candidates; ++i) {
-      config::Config c = i == 0 ? base : s.space.random(rng);
-      force_strategy(s, placement, c);
-      Outcome next = evaluate(s, c);
-      if (i == 0 || (next.prediction && (!best.prediction || next.prediction->seconds < best.prediction->seconds)))
-        best = next;
-    }
-  }
+  // --strategy: the best config of that strategy by the model (autotune/by_model.h).
+  autotune::ModelChoice best = o.strategy.empty()
+                                   ? autotune::predict_config(s, base)
+                                   : autotune::best_by_model(s, base, o.candidates, autotune::placement_of_strategy(o.strategy));
 
   std::string hardware;
   if (best.prediction) {
     plan::Plan p = driver::lower(s, best.config);
-    hardware = s.backend->model_hardware(p)->name;
+    model::Hardware hw = *s.backend->model_hardware(p);
+    hardware = hw.name;
+    if (!o.timeline.empty()) {
+      model::Schedule sched = model::schedule(p, hw, o.timeline_steps);
+      std::string what = fmt::format("{} {} [{}] on {}", e.name, dtype_name(dt), fmt::join(shape, ", "), hardware);
+      std::string strategy = o.strategy.empty() ? "" : fmt::format(", --strategy {}", o.strategy);
+      write_timeline_png(
+          o.timeline, fmt::format("Predicted pipeline: {}{}", what, strategy),
+          {schedule_panel(sched,
+                          fmt::format("the first {} of {} grid steps per core: predicted {:.4g} ms in all, {}-bound",
+                                      sched.steps, sched.steps_per_core, best.prediction->seconds * 1e3,
+                                      model::name(best.prediction->bound)),
+                          "config " + best.config.dump())});
+    }
+  } else if (!o.timeline.empty()) {
+    throw ConfigError(fmt::format("no timeline: the config does not fit: {}", best.why), "",
+                      "choose a config or --strategy that fits, then ask for the timeline again");
   }
   Json j = {{"kernel", e.name}, {"target", o.target}, {"shape", shape}, {"dtype", dtype_name(dt)},
             {"config", best.config.to_json()}, {"fits", bool(best.prediction)}};
@@ -129,6 +99,49 @@ int cmd_model(const ModelOptions& o) {
 
 }  // namespace
 
+void write_run_timeline(const std::string& path, int steps, const std::string& what, const driver::Specialized& s,
+                        const config::Config& config, const driver::Bound& bound) {
+  plan::Plan p = driver::lower(s, config);
+  std::unique_ptr<backends::Executable> exe = s.backend->compile_traced(p);
+  if (!exe)
+    throw ArgumentError(fmt::format("the {} target cannot record when its grid steps run", s.backend->name()), "",
+                        "`deuteron run --timeline` measures on the cpu target; `deuteron model KERNEL --target "
+                        "T --timeline FILE` draws the predicted pipeline of any target");
+  exe->run(bound.tensors, bound.scalars);  // warm-up: caches, pages, the thread pool
+  auto t0 = std::chrono::steady_clock::now();
+  exe->run(bound.tensors, bound.scalars);
+  double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  // Each thread's first `steps` grid steps, in the order it ran them.
+  std::map<int, std::vector<backends::Executable::StepTime>> by_thread;
+  for (const auto& st : exe->step_times()) by_thread[st.thread].push_back(st);
+  TimelinePanel measured;
+  double shown_end = 0;
+  for (auto& [thread, list] : by_thread) {
+    std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.start < b.start; });
+    TimelineLane lane{fmt::format("thread {}", thread), {}};
+    for (size_t i = 0; i < list.size() && i < size_t(steps); ++i) {
+      lane.bars.push_back({list[i].start, list[i].end, "measured grid step", fmt::format("step {}", list[i].step)});
+      shown_end = std::max(shown_end, list[i].end);
+    }
+    measured.lanes.push_back(lane);
+  }
+  measured.title = fmt::format("measured: the first {} grid steps of each of {} threads ({:.3g} us); the whole run took {:.4g} ms",
+                               steps, by_thread.size(), shown_end * 1e6, run_s * 1e3);
+  measured.note = "timed inside the generated code (omp_get_wtime at each grid step's start and end), second of two runs";
+
+  model::Hardware hw = *s.backend->model_hardware(p);
+  model::Schedule sched = model::schedule(p, hw, steps);
+  double predicted_end = 0;
+  for (const model::Event& e : sched.events) predicted_end = std::max(predicted_end, e.end);
+  TimelinePanel predicted = schedule_panel(
+      sched,
+      fmt::format("predicted ({}): the first {} grid steps of one thread ({:.3g} us); the whole run {:.4g} ms", hw.name,
+                  sched.steps, predicted_end * 1e6, sched.prediction.seconds * 1e3),
+      "config " + config.dump());
+  write_timeline_png(path, "Pipeline of " + what, {measured, predicted});
+}
+
 void add_model_commands(CLI::App& app) {
   static ModelOptions o;
   CLI::App* m = app.add_subcommand("model", "predict a kernel's time on a target with the performance model (no device)");
@@ -142,6 +155,8 @@ void add_model_commands(CLI::App& app) {
   m->add_option("--strategy", o.strategy,
                 "emit_pipeline, unroll or fori_loop on every inner loop; the model picks that strategy's best config");
   m->add_option("--candidates", o.candidates, "configs the --strategy search tries (default 400)")->check(CLI::Range(1, 100000));
+  m->add_option("--timeline", o.timeline, "draw the predicted pipeline of the first grid steps into this PNG file");
+  m->add_option("--timeline-steps", o.timeline_steps, "grid steps the timeline shows (default 3)")->check(CLI::Range(1, 64));
   m->add_flag("--json", o.json, "machine-readable output");
   m->callback([] { std::exit(cmd_model(o)); });
 }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "autotune/autotune.h"
+#include "autotune/by_model.h"
 #include "autotune/cache.h"
 #include "autotune/progress.h"
 #include "autotune/search.h"
@@ -29,32 +30,60 @@ using Json = nlohmann::json;
 struct TuneCli {
   std::optional<std::string> shape;
   std::string kernel, shapes, dtype = "float32", target = "cpu", effort = "quick", search = "auto";
-  std::string progress = "auto", inject;
+  std::string progress = "auto", inject, chip;
   uint64_t seed = 0;
-  bool retune = false, json = false, no_warm_start = false;
+  bool retune = false, json = false, no_warm_start = false, by_model = false;
+  int model_candidates = 400;
   int jobs = 0, max_candidates = 0;
   double time_budget = 0;
 };
 
+// tune --by-model: the model's choice for the hardware, cached without a device or inputs.
+int cmd_tune_by_model(const TuneCli& o, const examples::Entry& e, const std::vector<int64_t>& shape, DType dt) {
+  driver::Specialized s = driver::specialize(*e.kernel, arg_specs(e, shape, dt), o.target);
+  autotune::CacheEntry c = autotune::tune_by_model(s, o.model_candidates);
+  const Json& info = c.info;
+  if (o.json) {
+    std::cout << Json{{"kernel", e.name},         {"shape", shape},
+                      {"dtype", dtype_name(dt)},   {"target", o.target},
+                      {"key", s.key},              {"origin", "model"},
+                      {"hardware", info["hardware_model"]}, {"best", c.config.to_json()},
+                      {"predicted_s", c.time_s},   {"default_predicted_s", c.default_time_s},
+                      {"predicted_tflops", info["predicted_tflops"]}, {"bound", info["bound"]},
+                      {"tried", info["tried"]},    {"fitted", info["fitted"]},
+                      {"cache", c.key.path().string()}}
+                     .dump()
+              << "\n";
+    return 0;
+  }
+  fmt::print("{} {} [{}] on {} ({}): chosen by the model ({} configs predicted, {} fit), no device used\n", e.name,
+             dtype_name(dt), fmt::join(shape, ", "), o.target, info["hardware_model"].get<std::string>(),
+             info["tried"].get<int>(), info["fitted"].get<int>());
+  fmt::print("  default  {}  predicted {}\n", s.space.default_config().dump(), autotune::format_seconds(c.default_time_s));
+  fmt::print("  best     {}  predicted {} ({:.3g} TFLOP/s, {}-bound)\n", c.config.dump(), autotune::format_seconds(c.time_s),
+             info["predicted_tflops"].get<double>(), info["bound"].get<std::string>());
+  fmt::print("  cache: {} (model-chosen: a measured `deuteron tune` on the device replaces it)\n", c.key.path().string());
+  return 0;
+}
+
 int cmd_tune(const TuneCli& o) {
   const examples::Entry& e = examples::find(o.kernel);
+  if (!o.chip.empty()) select_chip(o.target, o.chip);
   std::vector<int64_t> shape = pick_shape(e, o.shape, o.shapes, o.target);
   DType dt = parse_dtype(o.dtype);
   if (std::find(e.dtypes.begin(), e.dtypes.end(), dt) == e.dtypes.end())
     throw ArgumentError(fmt::format("kernel '{}' does not run in {}", e.name, o.dtype));
+  if (o.by_model) return cmd_tune_by_model(o, e, shape, dt);
 
   // The same inputs `deuteron run` makes (seed 1), so the two agree on the specialisation.
   std::vector<Arg> args = e.inputs(shape, dt, 1);
   driver::Specialized s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), o.target);
-  autotune::TuneOptions t;
+  autotune::TuneOptions t = tune_options(e, args);
   t.effort = o.effort;
   t.search = o.search;
   t.seed = o.seed;
   t.read_cache = !o.retune;
   t.warm_start = !o.no_warm_start;
-  t.args = args;
-  if (e.reference) t.reference = e.reference;
-  t.tolerance = [&e](DType d) { return examples::tolerance_for(e, d); };
   t.jobs = o.jobs;
   t.max_candidates = o.max_candidates;
   t.time_budget_s = o.time_budget;
@@ -75,6 +104,7 @@ int cmd_tune(const TuneCli& o) {
               {"tried", r.tried}, {"ok", r.ok}, {"failed", r.failed}, {"rejected", r.rejected},
               {"pruned", r.pruned}, {"pruned_reasons", r.pruned_reasons}, {"elapsed_s", r.elapsed_s},
               {"median_compile_s", r.median_compile_s}, {"cache", r.cache_path}, {"log", r.log_path},
+              {"replaced_model", r.replaced_model},
               {"candidates", cands}};
     std::cout << j.dump() << "\n";
     return 0;
@@ -103,6 +133,7 @@ int cmd_tune(const TuneCli& o) {
   if (r.best_s > 0 && r.default_s > 0) fmt::print("  ({:.2f}x the default's speed)", r.default_s / r.best_s);
   fmt::print("\n");
   if (!r.cache_path.empty()) fmt::print("  cache: {}\n  log:   {}\n", r.cache_path, r.log_path);
+  if (r.replaced_model) fmt::print("  replaced the model-chosen config (tune --by-model) with this measured one\n");
   fmt::print("pin it: {}\n{}\n", r.pin(), r.best.dump());
   return 0;
 }
@@ -145,6 +176,7 @@ int cmd_cache_list(const std::string& what, bool json) {
         j["time_s"] = le.entry->time_s;
         j["default_time_s"] = le.entry->default_time_s;
         j["info"] = le.entry->info;
+        j["origin"] = le.entry->info.value("origin", "measured");
       } else {
         j["problem"] = le.problem;
       }
@@ -166,9 +198,11 @@ int cmd_cache_list(const std::string& what, bool json) {
     std::string speed = le.entry->default_time_s > 0 && le.entry->time_s > 0
                             ? fmt::format(" ({:.2f}x default)", le.entry->default_time_s / le.entry->time_s)
                             : "";
-    fmt::print("  {}  {:<20} {:<4} {}  {}{}  {}  [{}]\n", id, k.kernel, k.target, k.spec_key,
-               autotune::format_seconds(le.entry->time_s), speed, le.entry->config.dump(),
-               le.entry->info.value("created", ""));
+    bool by_model = le.entry->info.value("origin", "") == "model";
+    std::string time = by_model ? "predicted " + autotune::format_seconds(le.entry->time_s) + " (model-chosen)"
+                                : autotune::format_seconds(le.entry->time_s);
+    fmt::print("  {}  {:<20} {:<4} {}  {}{}  {}  [{}]\n", id, k.kernel, k.target, k.spec_key, time, speed,
+               le.entry->config.dump(), le.entry->info.value("created", ""));
   }
   int files = 0;
   uint64_t bytes = dir_bytes(root / "cpu", &files);
@@ -243,6 +277,14 @@ int cmd_cache_clear(const std::string& what, bool all) {
 
 }  // namespace
 
+autotune::TuneOptions tune_options(const examples::Entry& e, const std::vector<Arg>& args) {
+  autotune::TuneOptions t;
+  t.args = args;
+  if (e.reference) t.reference = e.reference;
+  t.tolerance = [&e](DType d) { return examples::tolerance_for(e, d); };
+  return t;
+}
+
 void add_tune_commands(CLI::App& app) {
   static TuneCli o;
   CLI::App* tune = app.add_subcommand("tune", "autotune a catalogue kernel for a shape and cache the best config");
@@ -250,13 +292,19 @@ void add_tune_commands(CLI::App& app) {
   tune->add_option("--shape", o.shape, "sizes, e.g. 8192,2560 (default: the kernel's CPU bench shape)");
   tune->add_option("--shapes", o.shapes, "small (ragged test shape) or bench");
   tune->add_option("--dtype", o.dtype, "float32 (default), bfloat16, ...");
-  tune->add_option("--target", o.target, "cpu (default)");
+  tune->add_option("--target", o.target, "cpu (default), pallas, triton");
   tune->add_option("--effort", o.effort, "quick (default, about a minute), full, or none")
       ->check(CLI::IsMember({"none", "quick", "full"}));
   tune->add_option("--search", o.search, "auto (default), random, pattern, de or exhaustive")
       ->check(CLI::IsMember({"auto", "random", "pattern", "de", "exhaustive"}));
   tune->add_option("--seed", o.seed, "seed of the search (default 0)")->check(CLI::Range(uint64_t(0), uint64_t(INT64_MAX)));
   tune->add_flag("--retune", o.retune, "ignore the cached config and tune again");
+  tune->add_flag("--by-model", o.by_model,
+                 "choose by the performance model, without a device or inputs, and cache it as model-chosen (a "
+                 "measured tune on the device replaces it)");
+  tune->add_option("--chip", o.chip, "the hardware to tune for (pallas: v4, v5e, v5p, v6e, v7x)");
+  tune->add_option("--model-candidates", o.model_candidates, "--by-model: random configs predicted per strategy (default 400)")
+      ->check(CLI::Range(1, 100000));
   tune->add_flag("--no-warm-start", o.no_warm_start, "do not seed the search with other shapes' configs");
   // More compile workers than that only share the cores (1000 started 37 compilers on 2).
   int max_jobs = 4 * std::max(1, int(sysconf(_SC_NPROCESSORS_ONLN)));

@@ -42,16 +42,30 @@ class CpuExecutable : public backends::Executable {
     int64_t bytes = std::max<int64_t>(per_thread_ * threads_, 64);
     scratch_.reset(static_cast<char*>(std::aligned_alloc(64, size_t((bytes + 63) / 64 * 64))));
   }
+  // Traced: the source's `<entry>_trace` pointer, aimed at 3 doubles per grid step.
+  void trace_into(double** slot, int64_t grid_size) {
+    trace_slot_ = slot;
+    trace_.assign(size_t(3 * grid_size), 0.0);
+  }
   void run(const std::vector<Tensor>& tensors, const std::vector<double>& scalars) override {
     std::vector<void*> ptrs;
     for (const Tensor& t : tensors) ptrs.push_back(t.data());
     int64_t status[2] = {0, 0};
+    if (trace_slot_) *trace_slot_ = trace_.data();
     fn_(ptrs.data(), scalars.data(), scratch_.get(), long(per_thread_), status);
     if (status[0] > 0 && size_t(status[0]) <= checks_.size()) {
       const IndexCheck& c = checks_[size_t(status[0] - 1)];
       throw RuntimeError(fmt::format("index {} is out of range for {}", status[1], c.what), c.where,
                          "the index tensor holds a value outside the dim; the outputs are incomplete");
     }
+  }
+  std::vector<StepTime> step_times() const override {
+    std::vector<StepTime> out;
+    double first = 0;
+    for (size_t i = 0; i + 2 < trace_.size(); i += 3) first = i == 0 ? trace_[1] : std::min(first, trace_[i + 1]);
+    for (size_t i = 0; i + 2 < trace_.size(); i += 3)
+      out.push_back({int(trace_[i]), int64_t(i / 3), trace_[i + 1] - first, trace_[i + 2] - first});
+    return out;
   }
 
  private:
@@ -64,6 +78,8 @@ class CpuExecutable : public backends::Executable {
   int threads_;
   std::vector<IndexCheck> checks_;  // for the message of a failed one
   std::unique_ptr<char, Free> scratch_;
+  double** trace_slot_ = nullptr;
+  std::vector<double> trace_;
 };
 
 }  // namespace
@@ -112,6 +128,7 @@ std::optional<model::Hardware> CpuBackend::model_hardware(const plan::Plan& p) c
   hw.memory_bytes_per_s = r.copy_gbps * 1e9;
   hw.step_seconds = 0.2e-6;  // a loop iteration of the grid with its bounds and pointers (not measured)
   hw.overlaps_copies = true;  // hardware prefetch streams the next lines while this block computes
+  hw.prefetches_in_place = true;  // ... also for the blocks an inner loop reads in place
   return hw;
 }
 
@@ -127,9 +144,23 @@ std::string CpuBackend::describe(const plan::Plan& p) const {
 
 std::string CpuBackend::emit(const plan::Plan& p) const { return generate(cpu::refine(p)); }
 
-std::unique_ptr<backends::Executable> CpuBackend::compile(const plan::Plan& base) const {
+backends::AotVariant CpuBackend::emit_aot(const plan::Plan& base, const std::string& entry, bool general) const {
   CpuPlan p = cpu::refine(base);
-  std::string source = generate(p);
+  backends::AotVariant v{generate(p, {.entry = entry, .runtime_sizes = general}), entry, scratch_per_thread(p), std::max(p.threads, 1), {}};
+  for (const IndexCheck& c : index_checks(p)) v.index_checks.push_back({p.kernel.ops[size_t(c.op)].tensor, c.dim, c.where});
+  return v;
+}
+
+std::vector<std::pair<std::string, std::string>> CpuBackend::aot_support_files() const {
+  return {{"deuteron_cpu.h", std::string(embedded::deuteron_cpu_h)},
+          {"deuteron_gemm.h", std::string(embedded::deuteron_gemm_h)}};
+}
+
+namespace {
+
+std::unique_ptr<CpuExecutable> compile_plan(const plan::Plan& base, bool trace) {
+  CpuPlan p = cpu::refine(base);
+  std::string source = generate(p, {.trace = trace});
   CompileOptions opts;
   std::string dir = runtime_dir();
   opts.include_dirs = {dir};
@@ -137,10 +168,19 @@ std::unique_ptr<backends::Executable> CpuBackend::compile(const plan::Plan& base
   CompileResult r = compile_and_load(p.kernel.name, source, opts);
   auto fn = r.so->function<KernelFn>(entry_name(p));
   auto exe = std::make_unique<CpuExecutable>(r.so, fn, scratch_per_thread(p), p.threads, p);
+  if (trace) exe->trace_into(static_cast<double**>(r.so->symbol(entry_name(p) + "_trace")), p.grid_size());
   exe->compiled = r.compiled;
   exe->compile_seconds = r.compile_seconds;
   exe->source_path = r.source_path.string();
   return exe;
+}
+
+}  // namespace
+
+std::unique_ptr<backends::Executable> CpuBackend::compile(const plan::Plan& p) const { return compile_plan(p, false); }
+
+std::unique_ptr<backends::Executable> CpuBackend::compile_traced(const plan::Plan& p) const {
+  return compile_plan(p, true);
 }
 
 std::unique_ptr<backends::Backend> make_backend() { return std::make_unique<CpuBackend>(); }

@@ -16,7 +16,14 @@ class CpuBackend : public backends::Backend {
   void refine(plan::Plan& p, const config::TargetLimits& limits) const override;
   std::string describe(const plan::Plan& p) const override;
   std::string emit(const plan::Plan& p) const override;
+  // Ahead-of-time builds: the generated C++ and its runtime headers (codegen.h: a general
+  // variant reads its sizes at run time).
+  std::string aot_language() const override { return "c++"; }
+  backends::AotVariant emit_aot(const plan::Plan& p, const std::string& entry, bool general) const override;
+  std::vector<std::pair<std::string, std::string>> aot_support_files() const override;
   std::unique_ptr<backends::Executable> compile(const plan::Plan& p) const override;
+  // The same kernel with each grid step's thread and times recorded (codegen's trace).
+  std::unique_ptr<backends::Executable> compile_traced(const plan::Plan& p) const override;
   // deuteron-runner (harness.cpp).
   std::unique_ptr<backends::Harness> harness() const override;
   // FMA peak and copy bandwidth (hardware.h: roofline).

@@ -20,7 +20,22 @@ std::string entry_name(const plan::Plan& p);
 // fast memory, threads x scratch_per_thread bytes, 64-byte aligned; status: two zeroed words,
 // where the kernel records the first failed index check (1 + its number in index_checks, and
 // the index).
-std::string generate(const CpuPlan& p);
+//
+// With `trace` (deuteron run --timeline) the source also exports `double* <entry>_trace`: when
+// the caller points it at 3 x grid-size doubles, each grid step writes the thread that ran it
+// and its start and end (omp_get_wtime seconds) there. Without it, nothing of this is emitted.
+//
+// A general variant (runtime_sizes, for ahead-of-time builds) takes one more parameter,
+// `const int64_t* sizes`: the extent of every axis of the kernel IR in order, then each host
+// tensor's dims, then its strides (elements; tensors are contiguous). It reads every size from
+// there, so one compiled function serves every shape; a plan that keeps something sized by
+// the shape in fast memory (a resident operand, ordered atomic adds) is a ConfigError.
+struct GenerateOptions {
+  std::string entry;  // the entry point's name (default entry_name)
+  bool runtime_sizes = false;
+  bool trace = false;
+};
+std::string generate(const CpuPlan& p, const GenerateOptions& o = {});
 
 // The entry point's scratch_per_thread: the plan's fast memory (64-byte aligned), then the
 // thread's copies of the float targets of hl::atomic_add when the kernel sums them in a fixed

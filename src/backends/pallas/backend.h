@@ -52,6 +52,7 @@ class PallasBackend : public backends::Backend {
   // of jax.devices() (once per process).
   Device device() const;
   std::string emit(const plan::Plan& p) const override;
+  std::string aot_language() const override { return "python"; }  // its modules, for deploying
   // Writes the module to the on-disk cache (cache_root()/pallas) and returns an executable
   // that runs it through the runner in a subprocess. Throws CompileError when the Python
   // environment is missing.

@@ -50,6 +50,7 @@ class TritonBackend : public backends::Backend {
   // unless interpret, the runner's probe of torch.cuda (once per process).
   Device device() const;
   std::string emit(const plan::Plan& p) const override;
+  std::string aot_language() const override { return "python"; }  // its modules, for deploying
   // Writes the module to the on-disk cache (cache_root()/triton) and returns an executable that
   // runs it through the runner. Throws CompileError when the Python environment is missing, or
   // when no GPU is present and the interpreter was not asked for.

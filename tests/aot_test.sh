@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# `deuteron aot`, end to end. Usage: aot_test.sh path/to/deuteron SOURCE_DIR CMAKE cpu|pallas|triton
+#   cpu:    builds softmax, matmul and cross_entropy for examples/aot/shapes.txt into a folder with a hostile
+#           name, builds examples/aot (the consumer: references in plain double loops) against
+#           only what aot wrote, static and shared, runs it on built and unbuilt shapes and bad
+#           calls; checks the library needs nothing of Deuteron; and bad command lines.
+#   pallas: the modules and dispatch table, run under JAX's TPU interpret mode against numpy.
+#   triton: the same under Triton's interpreter (TRITON_INTERPRET=1) against torch.
+set -uo pipefail
+BIN="$1"
+SRC="$2"
+CMAKE="$3"
+MODE="$4"
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+export DEUTERON_CACHE_DIR="$WORK/cache"
+PY="${DEUTERON_VENV:-$SRC/.venv}/bin/python"
+fail=0
+
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fail=1; }
+
+# expect_error DESCRIPTION WANTED-TEXT COMMAND...: a non-zero exit and the text in its output,
+# and no crash (signal exit codes are above 128).
+expect_error() {
+  local what="$1" want="$2"
+  shift 2
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && grep -qF -- "$want" <<<"$out"; then
+    ok "$what"
+  else
+    bad "$what: rc $rc, wanted '$want' in: $(tail -3 <<<"$out")"
+  fi
+}
+
+if [ "$MODE" = cpu ]; then
+  # The build goes into a folder with spaces and a '$' in its name; a second one, with quotes
+  # too, must get the same files (CMake's own generators cannot build from such a folder).
+  OUT="$WORK/out dir \$HOME"
+  HOSTILE="$WORK/out 'dir' \"with\" quotes; \$(touch pwned)"
+  # A tuned build of one shape reuses the cache when asked again.
+  if "$BIN" aot softmax --shapes 64x257 --out "$WORK/tuned" --name tuned_once --effort quick --time-budget 3 \
+       >"$WORK/tune1.log" 2>&1 &&
+     "$BIN" aot softmax --shapes 64x257 --out "$WORK/tuned" --name tuned_once --effort quick --time-budget 3 \
+       >"$WORK/tune2.log" 2>&1 &&
+     grep -q "softmax \[64, 257\]: tuned config" "$WORK/tune1.log" &&
+     grep -q "softmax \[64, 257\]: cache config" "$WORK/tune2.log"; then
+    ok "aot tunes a shape, then takes its config from the cache"
+  else
+    bad "aot tuning and cache: $(tail -3 "$WORK/tune1.log") / $(tail -3 "$WORK/tune2.log")"
+  fi
+
+  if "$BIN" aot softmax,matmul,cross_entropy --shapes "$SRC/examples/aot/shapes.txt" --out "$OUT" --effort none >"$WORK/aot.log" 2>&1; then
+    ok "aot softmax,matmul,cross_entropy into a folder named $OUT"
+  else
+    bad "aot softmax,matmul: $(tail -5 "$WORK/aot.log")"
+  fi
+  grep -q "softmax: 3 tuned variants, [1-3] general variants\? for other shapes" "$WORK/aot.log" &&
+    grep -q "matmul: 3 tuned variants, [1-3] general variants\? for other shapes" "$WORK/aot.log" &&
+    grep -q "cross_entropy: 1 tuned variant, no general variant (.*atomic_adds in a fixed order" "$WORK/aot.log" \
+    && ok "softmax and matmul have tuned and general variants; cross_entropy, whose code cannot be general, says why" || bad "variants: $(cat "$WORK/aot.log")"
+  # Same inputs, same files.
+  "$BIN" aot softmax,matmul,cross_entropy --shapes "$SRC/examples/aot/shapes.txt" --out "$HOSTILE" --effort none >/dev/null 2>&1
+  if diff -r "$OUT" "$HOSTILE" >/dev/null && [ ! -e "$WORK/pwned" ] && [ ! -e pwned ]; then
+    ok "a second build, into a folder with quotes, ';' and \$(...) in its name, writes byte-identical files"
+  else
+    bad "builds differ: $(diff -r "$OUT" "$HOSTILE" | head -5)"
+  fi
+  # The generated code includes only the standard library, OpenMP and the files aot wrote.
+  includes=$(cat "$OUT"/src/*.cpp "$OUT"/src/*.h "$OUT"/include/*.h | grep -h '^#include' | sort -u)
+  strays=$(grep -v -E '^#include (<[a-z_/.]+>|"(deuteron_cpu|deuteron_gemm|deuteron_kernels)\.h".*)$' <<<"$includes")
+  [ -z "$strays" ] && ok "sources include only std, OpenMP and what aot wrote" || bad "stray includes: $strays"
+
+  for kind in static shared; do
+    B="$WORK/build-$kind"
+    shared=$([ $kind = shared ] && echo ON || echo OFF)
+    if "$CMAKE" -S "$SRC/examples/aot" -B "$B" -DAOT_DIR="$OUT" -DDEUTERON_KERNELS_SHARED=$shared \
+         -DCMAKE_BUILD_TYPE=Release >"$B.log" 2>&1 && "$CMAKE" --build "$B" -j2 >>"$B.log" 2>&1; then
+      ok "examples/aot builds against the $kind library"
+    else
+      bad "examples/aot ($kind) does not build: $(tail -20 "$B.log")"
+      continue
+    fi
+    if "$B/aot_consumer" >"$B.run" 2>&1; then ok "aot_consumer ($kind): $(tail -1 "$B.run")"; else bad "aot_consumer ($kind): $(grep FAIL "$B.run" | head -5; tail -2 "$B.run")"; fi
+    if ldd "$B/aot_consumer" | grep -qi deuteron_kernels && [ $kind = static ]; then bad "static consumer loads a shared library"; fi
+    ldd "$B/aot_consumer" | grep -i 'libdeuteron\b\|libdeuteron_[a-z]*\.so' | grep -v deuteron_kernels && bad "consumer loads a Deuteron library"
+  done
+  # What the library needs from outside: OpenMP, libm, libc, the C++ runtime; nothing of Deuteron.
+  lib="$WORK/build-static/deuteron_kernels/libdeuteron_kernels.a"
+  if [ -f "$lib" ]; then
+    defined=$(nm --defined-only -P "$lib" 2>/dev/null | grep -v ':$' | awk 'NF>=2 {print $1}' | sort -u)
+    needed=$(nm -u -P "$lib" 2>/dev/null | grep -v ':$' | awk '{print $1}' | sort -u | comm -23 - <(echo "$defined"))
+    strays=$(grep -v -E '^(GOMP_|omp_|_ZNSt|_ZSt|_ZNKSt|_Znwm|_Znam|_ZdlPv|_ZdaPv|__cxa_thread_atexit|__cxa_|__gxx_|_Unwind_|__tls_get_addr|_GLOBAL_OFFSET_TABLE_|__stack_chk_fail|__dso_handle|_ZTV|_ZTI|_ZTS|__gcc_personality|__cxa)' <<<"$needed" |
+             grep -v -E '^(exp|expf|log|logf|pow|powf|sqrt|sqrtf|tanh|tanhf|erf|erff|aligned_alloc|free|malloc|memcpy|memmove|memset|strlen|snprintf|vsnprintf|abort|strcmp|memcmp)(@.*)?$')
+    if [ -z "$strays" ] && ! grep -qi deuteron <<<"$needed"; then
+      ok "libdeuteron_kernels.a needs only OpenMP, libm, libc and the C++ runtime ($(wc -l <<<"$needed") symbols)"
+    else
+      bad "libdeuteron_kernels.a needs: $strays $(grep -i deuteron <<<"$needed")"
+    fi
+  fi
+
+  # Bad command lines: clear errors, no crash, nothing written.
+  expect_error "unknown kernel" "unknown kernel 'nosuch'" "$BIN" aot nosuch --shapes 4x4 --out "$WORK/x"
+  expect_error "hostile kernel name" "unknown kernel" "$BIN" aot 'soft$(touch pwned);max' --shapes 4x4 --out "$WORK/x"
+  [ ! -e pwned ] && [ ! -e "$WORK/pwned" ] && ok "a hostile kernel name runs nothing" || bad "a hostile name ran"
+  expect_error "kernel given twice" "given twice" "$BIN" aot softmax,softmax --shapes 4x4 --out "$WORK/x"
+  expect_error "shapes file that does not exist" "is no file and no list of shapes" "$BIN" aot softmax --shapes "$WORK/none.txt" --out "$WORK/x"
+  expect_error "bad size in the list" "'ab' is not a positive integer" "$BIN" aot softmax --shapes '4xab' --out "$WORK/x"
+  expect_error "size 0" "is not a positive integer" "$BIN" aot softmax --shapes '0x4' --out "$WORK/x"
+  expect_error "wrong rank" "has 3 sizes; kernel 'softmax' takes 2" "$BIN" aot softmax --shapes 'softmax:4x4x4' --out "$WORK/x"
+  expect_error "shape for a kernel not built" "not among those built" "$BIN" aot softmax --shapes 'matmul:4x4x4' --out "$WORK/x"
+  expect_error "empty list" "no shape in --shapes fits kernel 'softmax'" "$BIN" aot softmax --shapes ' ; ' --out "$WORK/x"
+  expect_error "no shape of a kernel's rank" "no shape in --shapes fits kernel 'matmul'" "$BIN" aot softmax,matmul --shapes '4x4' --out "$WORK/x"
+  expect_error "dtype the kernel lacks" "does not run in int32" "$BIN" aot softmax --shapes 4x4 --dtype int32 --out "$WORK/x"
+  touch "$WORK/a-file"
+  expect_error "unwritable out dir" "cannot make the output folder" "$BIN" aot softmax --shapes 4x4 --out "$WORK/a-file/sub"
+  expect_error "hostile library name" "is not a C identifier" "$BIN" aot softmax --shapes 4x4 --out "$WORK/x" --name 'x;rm -rf'
+  [ ! -e "$WORK/x" ] && ok "nothing written by a failed command" || bad "a failed command wrote $WORK/x"
+  exit $fail
+fi
+
+# Python targets: modules and a dispatch table, run in the target's interpreter.
+TARGET="$MODE"
+if "$BIN" aot softmax --target "$TARGET" --shapes 'softmax:130x1000;softmax:1x128' --out "$WORK/py" --name py_kernels \
+     --effort none >"$WORK/aot.log" 2>&1; then
+  ok "aot softmax --target $TARGET"
+else
+  bad "aot --target $TARGET: $(tail -5 "$WORK/aot.log")"
+  exit 1
+fi
+[ -f "$WORK/py/py_kernels.py" ] && [ -f "$WORK/py/modules/softmax_130x1000.py" ] && ok "writes the table and a module per shape" || bad "files: $(ls -R "$WORK/py")"
+export TRITON_INTERPRET=1 JAX_PLATFORMS=cpu
+if ( cd "$WORK" && "$PY" - "$WORK/py" "$TARGET" ) <<'PYEOF'; then ok "$TARGET modules run through the dispatch table and match the reference"; else bad "$TARGET dispatch"; fi
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import py_kernels
+
+def reference(x):
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+rng = np.random.default_rng(1)
+for shape in [(130, 1000), (1, 128)]:
+    x = rng.uniform(-1, 1, shape).astype(np.float32)
+    if sys.argv[2] == "triton":
+        import torch
+        y = py_kernels.run("softmax", torch.from_numpy(x)).numpy()
+    else:
+        y = np.asarray(py_kernels.run("softmax", x))
+    err = np.abs(y - reference(x)).max()
+    print(f"softmax {shape}: max abs error {err:.3g}")
+    assert err < 1e-5, err
+try:
+    py_kernels.module("softmax", (7, 3))
+    raise SystemExit("an unbuilt shape did not raise")
+except LookupError as e:
+    print("unbuilt shape:", e)
+    assert "nearest built is 1x128" in str(e), e
+PYEOF
+exit $fail
