@@ -41,7 +41,7 @@ DType apply(DTypeRule rule, DType promoted);
   X(Floor, "floor", Floating, Floating)                         \
   X(Ceil, "ceil", Floating, Floating)                           \
   X(Round, "round", Floating, Floating) /* half to even */      \
-  /* hl::bitcast between the 32-bit types (the tracer checks the operand's dtype) */ \
+  /* hl::bitcast between the 32-bit types (hl::bitcast checks the operand's dtype) */ \
   X(BitcastI32, "bitcast_i32", Promoted, Int32)                 \
   X(BitcastF32, "bitcast_f32", Promoted, Floating)
 
