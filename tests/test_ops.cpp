@@ -2,6 +2,7 @@
 // interpret mode) against a double-precision reference written here. The switches below have
 // no default: an op added to the table without a spelling here does not compile.
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "deuteron/deuteron.h"
 #include "api/api.h"
 #include "ir/ops.h"
+#include "philox_reference.h"
 
 namespace deuteron {
 namespace {
@@ -38,8 +40,25 @@ hl::Tensor apply(UnaryFn f, const hl::Tensor& x) {
     case UnaryFn::Abs: return hl::abs(x);
     case UnaryFn::Not: return !(x > 0.0);
     case UnaryFn::Erf: return hl::erf(x);
+    case UnaryFn::Sin: return hl::sin(x);
+    case UnaryFn::Cos: return hl::cos(x);
+    case UnaryFn::Log1p: return hl::log1p(x);
+    case UnaryFn::Expm1: return hl::expm1(x);
+    case UnaryFn::Floor: return hl::floor(x);
+    case UnaryFn::Ceil: return hl::ceil(x);
+    case UnaryFn::Round: return hl::round(x);
+    case UnaryFn::BitcastI32: return hl::bitcast(x, DType::i32);
+    case UnaryFn::BitcastF32: return hl::bitcast(hl::bitcast(x, DType::i32), DType::f32);  // round trip
   }
   return x;
+}
+
+// The int32 whose bits are float x.
+double bits_of(double x) {
+  float f = float(x);
+  int32_t i;
+  std::memcpy(&i, &f, 4);
+  return i;
 }
 
 double reference(UnaryFn f, double x) {
@@ -59,12 +78,35 @@ double reference(UnaryFn f, double x) {
     case UnaryFn::Abs: return std::abs(x);
     case UnaryFn::Not: return x > 0 ? 0.0 : 1.0;
     case UnaryFn::Erf: return std::erf(x);
+    case UnaryFn::Sin: return std::sin(x);
+    case UnaryFn::Cos: return std::cos(x);
+    case UnaryFn::Log1p: return std::log1p(x);
+    case UnaryFn::Expm1: return std::expm1(x);
+    case UnaryFn::Floor: return std::floor(x);
+    case UnaryFn::Ceil: return std::ceil(x);
+    case UnaryFn::Round: return std::nearbyint(x);  // halves to even
+    case UnaryFn::BitcastI32: return bits_of(x);
+    case UnaryFn::BitcastF32: return x;
   }
   return x;
 }
 
 // Functions defined only for positive inputs take them from [0.1, 3).
-bool positive_only(UnaryFn f) { return f == UnaryFn::Log || f == UnaryFn::Sqrt || f == UnaryFn::Rsqrt; }
+bool positive_only(UnaryFn f) {
+  return f == UnaryFn::Log || f == UnaryFn::Sqrt || f == UnaryFn::Rsqrt || f == UnaryFn::Log1p;
+}
+
+// Functions of integers (bitwise, shifts, division) and of (seed, offset) pairs take integer
+// operands: the test passes integer-valued floats and converts them in the kernel.
+bool integer_operands(BinaryFn f) { return ir::operand_rule(f) == ir::DTypeRule::Integer || ir::operand_rule(f) == ir::DTypeRule::IntegerOrBool; }
+bool random(BinaryFn f) { return f == BinaryFn::Rand || f == BinaryFn::Randn || f == BinaryFn::RandInt; }
+
+// int32 arithmetic as torch defines it, in plain int64 (independent of the targets' helpers).
+int64_t wrap32(int64_t x) { return int64_t(int32_t(uint32_t(uint64_t(x)))); }
+int64_t floor_div_reference(int64_t a, int64_t b) {
+  if (b == 0) return 0;
+  return wrap32(int64_t(std::floor(double(a) / double(b))));
+}
 
 hl::Tensor apply(BinaryFn f, const hl::Tensor& a, const hl::Tensor& b) {
   switch (f) {
@@ -82,6 +124,17 @@ hl::Tensor apply(BinaryFn f, const hl::Tensor& a, const hl::Tensor& b) {
     case BinaryFn::Ge: return a >= b;
     case BinaryFn::And: return (a > 0.0) && (b > 0.0);
     case BinaryFn::Or: return (a > 0.0) || (b > 0.0);
+    case BinaryFn::Pow: return hl::pow(a, b);
+    case BinaryFn::BitAnd: return a.to(DType::i32) & b.to(DType::i32);
+    case BinaryFn::BitOr: return a.to(DType::i32) | b.to(DType::i32);
+    case BinaryFn::BitXor: return a.to(DType::i32) ^ b.to(DType::i32);
+    case BinaryFn::Shl: return a.to(DType::i32) << b.to(DType::i32);
+    case BinaryFn::Shr: return a.to(DType::i32) >> b.to(DType::i32);
+    case BinaryFn::Mod: return a.to(DType::i32) % b.to(DType::i32);
+    case BinaryFn::FloorDiv: return hl::floor_divide(a.to(DType::i32), b.to(DType::i32));
+    case BinaryFn::Rand: return hl::rand(a.to(DType::i32), b.to(DType::i32));
+    case BinaryFn::Randn: return hl::randn(a.to(DType::i32), b.to(DType::i32));
+    case BinaryFn::RandInt: return hl::randint(a.to(DType::i32), b.to(DType::i32));
   }
   return a;
 }
@@ -102,6 +155,17 @@ double reference(BinaryFn f, double a, double b) {
     case BinaryFn::Ge: return a >= b;
     case BinaryFn::And: return a > 0 && b > 0;
     case BinaryFn::Or: return a > 0 || b > 0;
+    case BinaryFn::Pow: return std::pow(a, b);
+    case BinaryFn::BitAnd: return double(int64_t(a) & int64_t(b));
+    case BinaryFn::BitOr: return double(int64_t(a) | int64_t(b));
+    case BinaryFn::BitXor: return double(int64_t(a) ^ int64_t(b));
+    case BinaryFn::Shl: return b < 0 || b >= 32 ? 0.0 : double(wrap32(int64_t(a) * (int64_t(1) << int64_t(b))));
+    case BinaryFn::Shr: return std::floor(a / std::ldexp(1.0, b < 0 || b >= 32 ? 31 : int(b)));
+    case BinaryFn::Mod: return b == 0 ? a : a - b * double(floor_div_reference(int64_t(a), int64_t(b)));
+    case BinaryFn::FloorDiv: return double(floor_div_reference(int64_t(a), int64_t(b)));
+    case BinaryFn::Rand: return testing_support::rand_reference(int64_t(a), int64_t(b));
+    case BinaryFn::Randn: return testing_support::randn_reference(int64_t(a), int64_t(b));
+    case BinaryFn::RandInt: return testing_support::randint_reference(int64_t(a), int64_t(b));
   }
   return a;
 }
@@ -142,7 +206,7 @@ void PrintTo(const OpCase& c, std::ostream* os) { *os << c.label(); }
 
 std::vector<OpCase> all_cases() {
   std::vector<OpCase> out;
-  for (const char* target : {"cpu", "pallas"}) {
+  for (const char* target : {"cpu", "pallas"}) {  // triton: tests/test_lang_ops.cpp
     for (size_t i = 0; i < ir::kUnaryFns.size(); ++i) out.push_back({target, "unary", int(i)});
     for (size_t i = 0; i < ir::kBinaryFns.size(); ++i) out.push_back({target, "binary", int(i)});
     for (size_t i = 0; i < ir::kReduceFns.size(); ++i) out.push_back({target, "reduce", int(i)});
@@ -212,9 +276,15 @@ TEST_P(Ops, MatchDoubleReference) {
   } else if (c.kind == "binary") {
     BinaryFn f = ir::kBinaryFns[size_t(c.fn)];
     Tensor a = Tensor::rand({kRows, kCols}, DType::f32, 2, -2.0, 2.0);
-    // Divisors away from zero; for comparisons, some equal pairs.
+    // Divisors away from zero; for comparisons, some equal pairs; powers of positive bases.
     Tensor b = f == BinaryFn::Div ? Tensor::rand({kRows, kCols}, DType::f32, 3, 0.5, 2.0)
                                   : Tensor::rand({kRows, kCols}, DType::f32, 3, -2.0, 2.0);
+    if (f == BinaryFn::Pow) a = Tensor::rand({kRows, kCols}, DType::f32, 2, 0.1, 3.0);
+    if (integer_operands(f)) {  // integers; divisors and shift counts from -40 to 40, zero included
+      a = Tensor::rand({kRows, kCols}, DType::i32, 2, random(f) ? 0 : -100000, 100000).to(DType::f32);
+      b = Tensor::rand({kRows, kCols}, DType::i32, 3, -40, 41).to(DType::f32);
+      if (random(f)) b = Tensor::rand({kRows, kCols}, DType::i32, 3, -100000, 100000).to(DType::f32);
+    }
     for (int64_t i = 0; i < a.numel(); i += 3) b.set(i, a.get(i));
     for (int64_t i = 0; i < a.numel(); ++i) want.push_back(reference(f, a.get(i), b.get(i)));
     r = api::run(binary_kernel(f), {a, b}, c.target);

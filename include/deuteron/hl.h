@@ -209,6 +209,45 @@ Tensor operator!(const Tensor& a);
 Tensor maximum(const Operand& a, const Operand& b);
 Tensor minimum(const Operand& a, const Operand& b);
 Tensor where(const Operand& cond, const Operand& a, const Operand& b);
+// torch.pow: a ** b for tensors or numbers (integers are raised in f32), with C's pow special
+// cases (pow(x, 0) = 1 and pow(1, y) = 1 even for NaN; a negative base and a non-integer
+// exponent give NaN).
+Tensor pow(const Operand& a, const Operand& b);
+// torch.clamp: minimum(maximum(x, lo), hi), so NaN propagates and lo > hi gives hi.
+Tensor clamp(const Operand& x, const Operand& lo, const Operand& hi);
+Tensor clamp_min(const Operand& x, const Operand& lo);
+Tensor clamp_max(const Operand& x, const Operand& hi);
+
+// Integer operations (int32, int64; &, | and ^ also on booleans). Integer arithmetic wraps,
+// as in PyTorch. A shift count outside [0, bits of the dtype) gives 0 for << and the sign
+// (0 or -1) for >>, as torch does; >> is arithmetic. `%` and hl::floor_divide follow Python
+// and torch (the remainder has the divisor's sign; the quotient rounds down); division by zero
+// is defined: x // 0 = 0 and x % 0 = x (torch raises, and C++ would be undefined), so
+// x == (x // y) * y + x % y always holds, and the most negative value // -1 wraps to itself.
+Tensor operator&(const Operand& a, const Operand& b);
+Tensor operator|(const Operand& a, const Operand& b);
+Tensor operator^(const Operand& a, const Operand& b);
+Tensor operator<<(const Operand& a, const Operand& b);
+Tensor operator>>(const Operand& a, const Operand& b);
+Tensor operator%(const Operand& a, const Operand& b);
+Tensor floor_divide(const Operand& a, const Operand& b);
+Tensor remainder(const Operand& a, const Operand& b);
+// The bits of `x` as another dtype of the same width (torch's Tensor.view(dtype)): float32 and
+// int32 either way; other pairs (different widths, booleans) are errors. A block read from
+// bf16/f16 storage is an f32 value (they compute in f32), so its bitcast gives the f32 bits.
+Tensor bitcast(const Tensor& x, DType dtype, Loc loc = Loc::current());
+
+// Random numbers from a counter-based generator, Philox4x32-10 (as Triton's tl.rand): the
+// same (seed, offset) give the same number on every target and every run, and each offset an
+// independent one. Both are integers (a scalar argument, a literal, a tile's index); the
+// Philox key is the seed's 64 bits (lo, hi), the counter (offset lo, offset hi, 0, 0). On the
+// pallas target both must fit int32 (TPUs compute integers in 32 bits).
+//   rand:    uniform in [0, 1): the first output word's top 24 bits times 2^-24 (f32, exact);
+//   randn:   standard normal by Box-Muller on the first two words (f32);
+//   randint: the first output word as int32 bits (all 2^32 patterns equally likely).
+Tensor rand(const Operand& seed, const Operand& offset);
+Tensor randn(const Operand& seed, const Operand& offset);
+Tensor randint(const Operand& seed, const Operand& offset);
 
 Tensor exp(const Tensor& x, Loc loc = Loc::current());
 Tensor exp2(const Tensor& x, Loc loc = Loc::current());
@@ -222,6 +261,14 @@ Tensor erf(const Tensor& x, Loc loc = Loc::current());
 // approximate: "none" (erf form, PyTorch's default) or "tanh".
 Tensor gelu(const Tensor& x, const char* approximate = "none", Loc loc = Loc::current());
 Tensor abs(const Tensor& x, Loc loc = Loc::current());
+Tensor sin(const Tensor& x, Loc loc = Loc::current());
+Tensor cos(const Tensor& x, Loc loc = Loc::current());
+Tensor log1p(const Tensor& x, Loc loc = Loc::current());  // log(1 + x), accurate near 0
+Tensor expm1(const Tensor& x, Loc loc = Loc::current());  // exp(x) - 1, accurate near 0
+Tensor floor(const Tensor& x, Loc loc = Loc::current());
+Tensor ceil(const Tensor& x, Loc loc = Loc::current());
+// torch.round: to the nearest integer, halves to even (2.5 -> 2, -0.5 -> -0).
+Tensor round(const Tensor& x, Loc loc = Loc::current());
 
 Tensor sum(const Tensor& x, int dim, bool keepdim = false, Loc loc = Loc::current());
 // The mean along `dim`, computed soundly for what usually follows it (x - mean): shifted by the

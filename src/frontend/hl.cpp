@@ -272,6 +272,24 @@ Tensor operator&&(const Operand& a, const Operand& b) { return bin(ir::BinaryFn:
 Tensor operator||(const Operand& a, const Operand& b) { return bin(ir::BinaryFn::Or, a, b); }
 Tensor maximum(const Operand& a, const Operand& b) { return bin(ir::BinaryFn::Max, a, b); }
 Tensor minimum(const Operand& a, const Operand& b) { return bin(ir::BinaryFn::Min, a, b); }
+Tensor pow(const Operand& a, const Operand& b) { return bin(ir::BinaryFn::Pow, a, b); }
+Tensor clamp(const Operand& x, const Operand& lo, const Operand& hi) {
+  return minimum(Operand(maximum(x, lo), x.loc), hi);
+}
+Tensor clamp_min(const Operand& x, const Operand& lo) { return maximum(x, lo); }
+Tensor clamp_max(const Operand& x, const Operand& hi) { return minimum(x, hi); }
+Tensor operator&(const Operand& a, const Operand& b) { return bin(ir::BinaryFn::BitAnd, a, b); }
+Tensor operator|(const Operand& a, const Operand& b) { return bin(ir::BinaryFn::BitOr, a, b); }
+Tensor operator^(const Operand& a, const Operand& b) { return bin(ir::BinaryFn::BitXor, a, b); }
+Tensor operator<<(const Operand& a, const Operand& b) { return bin(ir::BinaryFn::Shl, a, b); }
+Tensor operator>>(const Operand& a, const Operand& b) { return bin(ir::BinaryFn::Shr, a, b); }
+Tensor operator%(const Operand& a, const Operand& b) { return bin(ir::BinaryFn::Mod, a, b); }
+Tensor remainder(const Operand& a, const Operand& b) { return bin(ir::BinaryFn::Mod, a, b); }
+Tensor floor_divide(const Operand& a, const Operand& b) { return bin(ir::BinaryFn::FloorDiv, a, b); }
+Tensor rand(const Operand& seed, const Operand& offset) { return bin(ir::BinaryFn::Rand, seed, offset); }
+Tensor randn(const Operand& seed, const Operand& offset) { return bin(ir::BinaryFn::Randn, seed, offset); }
+Tensor randint(const Operand& seed, const Operand& offset) { return bin(ir::BinaryFn::RandInt, seed, offset); }
+
 Tensor operator-(const Tensor& a) {
   Loc loc = a.var() ? a.var()->loc : Loc::current();
   return un(ir::UnaryFn::Neg, a, loc);
@@ -296,6 +314,26 @@ Tensor sigmoid(const Tensor& x, Loc loc) { return un(ir::UnaryFn::Sigmoid, x, lo
 Tensor silu(const Tensor& x, Loc loc) { return un(ir::UnaryFn::Silu, x, loc); }
 Tensor erf(const Tensor& x, Loc loc) { return un(ir::UnaryFn::Erf, x, loc); }
 Tensor abs(const Tensor& x, Loc loc) { return un(ir::UnaryFn::Abs, x, loc); }
+Tensor sin(const Tensor& x, Loc loc) { return un(ir::UnaryFn::Sin, x, loc); }
+Tensor cos(const Tensor& x, Loc loc) { return un(ir::UnaryFn::Cos, x, loc); }
+Tensor log1p(const Tensor& x, Loc loc) { return un(ir::UnaryFn::Log1p, x, loc); }
+Tensor expm1(const Tensor& x, Loc loc) { return un(ir::UnaryFn::Expm1, x, loc); }
+Tensor floor(const Tensor& x, Loc loc) { return un(ir::UnaryFn::Floor, x, loc); }
+Tensor ceil(const Tensor& x, Loc loc) { return un(ir::UnaryFn::Ceil, x, loc); }
+Tensor round(const Tensor& x, Loc loc) { return un(ir::UnaryFn::Round, x, loc); }
+
+Tensor bitcast(const Tensor& x, DType to, Loc loc) {
+  DType from = x.dtype();
+  if (from == to) return x;
+  if (from == DType::f32 && to == DType::i32) return un(ir::UnaryFn::BitcastI32, x, loc);
+  if (from == DType::i32 && to == DType::f32) return un(ir::UnaryFn::BitcastF32, x, loc);
+  Tracer::current(loc).fail(
+      fmt::format("hl::bitcast from {} ({} bits) to {} ({} bits): {}", dtype_name(from), 8 * dtype_size(from),
+                  dtype_name(to), 8 * dtype_size(to),
+                  dtype_size(from) != dtype_size(to) ? "the widths differ" : "no bitcast between these types"),
+      loc, "bitcast between float32 and int32; convert values with .to(dtype)");
+}
+
 Tensor gelu(const Tensor& x, const char* approximate, Loc loc) {
   std::string a = approximate ? approximate : "none";
   if (a == "tanh") return un(ir::UnaryFn::GeluTanh, x, loc);

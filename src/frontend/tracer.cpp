@@ -543,7 +543,15 @@ ir::ValueId Tracer::binary(ir::BinaryFn fn, const hl::Operand& a, const hl::Oper
   const ir::Value& va = k_.value(vals[0]);
   const ir::Value& vb = k_.value(vals[1]);
   std::vector<int> dims = broadcast_dims(va.dims, vb.dims, loc, ir::name(fn));
-  DType dt = ir::result_dtype(fn, promote(va.dtype, vb.dtype));
+  DType promoted = promote(va.dtype, vb.dtype);
+  if (!ir::accepts(ir::operand_rule(fn), promoted)) {
+    bool bools = ir::operand_rule(fn) == ir::DTypeRule::IntegerOrBool;
+    fail(fmt::format("{} takes {} operands, not {} ({} and {})", ir::name(fn),
+                     bools ? "integer or boolean" : "integer", dtype_name(promoted), dtype_name(va.dtype),
+                     dtype_name(vb.dtype)),
+         loc, is_floating(promoted) ? "convert with .to(DType::i32) (or hl::bitcast for the bits) first" : "");
+  }
+  DType dt = ir::result_dtype(fn, promoted);
   ir::Op op;
   op.kind = ir::OpKind::Binary;
   op.binary = fn;

@@ -7,6 +7,9 @@ DType apply(DTypeRule rule, DType promoted) {
     case DTypeRule::Promoted: return promoted;
     case DTypeRule::Floating: return is_floating(promoted) ? promoted : DType::f32;
     case DTypeRule::Boolean: return DType::boolean;
+    case DTypeRule::Int32: return DType::i32;
+    case DTypeRule::Integer:
+    case DTypeRule::IntegerOrBool: return promoted;
   }
   return promoted;
 }
@@ -41,6 +44,18 @@ DType result_dtype(BinaryFn f, DType promoted) { return apply(info(f).result, pr
 
 DType result_dtype(ReduceFn f, DType input) {
   return f == ReduceFn::Sum && !is_floating(input) ? DType::i64 : input;
+}
+
+DTypeRule operand_rule(UnaryFn f) { return info(f).operands; }
+DTypeRule operand_rule(BinaryFn f) { return info(f).operands; }
+
+bool accepts(DTypeRule operands, DType promoted) {
+  bool integer = promoted == DType::i32 || promoted == DType::i64;
+  switch (operands) {
+    case DTypeRule::Integer: return integer;
+    case DTypeRule::IntegerOrBool: return integer || promoted == DType::boolean;
+    default: return true;
+  }
 }
 
 bool is_comparison(BinaryFn f) {

@@ -32,7 +32,16 @@ bool transcendental(ir::UnaryFn f) {
     case ir::UnaryFn::Silu:
     case ir::UnaryFn::GeluTanh:
     case ir::UnaryFn::GeluErf:
-    case ir::UnaryFn::Erf: return true;
+    case ir::UnaryFn::Erf:
+    case ir::UnaryFn::Sin:
+    case ir::UnaryFn::Cos:
+    case ir::UnaryFn::Log1p:
+    case ir::UnaryFn::Expm1: return true;
+    case ir::UnaryFn::Floor:
+    case ir::UnaryFn::Ceil:
+    case ir::UnaryFn::Round:
+    case ir::UnaryFn::BitcastI32:
+    case ir::UnaryFn::BitcastF32:
     case ir::UnaryFn::Neg:
     case ir::UnaryFn::Abs:
     case ir::UnaryFn::Not: return false;

@@ -620,6 +620,15 @@ class Generator {
       case ir::UnaryFn::Erf: return fmt::format("dt::erf({})", x);
       case ir::UnaryFn::Abs:
         return is_floating(op_dtype) ? fmt::format("dt::abs({})", x) : fmt::format("dt::wrapping_abs({})", x);
+      case ir::UnaryFn::Sin: return fmt::format("dt::sin({})", x);
+      case ir::UnaryFn::Cos: return fmt::format("dt::cos({})", x);
+      case ir::UnaryFn::Log1p: return fmt::format("dt::log1p({})", x);
+      case ir::UnaryFn::Expm1: return fmt::format("dt::expm1({})", x);
+      case ir::UnaryFn::Floor: return fmt::format("dt::floor({})", x);
+      case ir::UnaryFn::Ceil: return fmt::format("dt::ceil({})", x);
+      case ir::UnaryFn::Round: return fmt::format("dt::round({})", x);
+      case ir::UnaryFn::BitcastI32: return fmt::format("dt::bitcast_i32({})", x);
+      case ir::UnaryFn::BitcastF32: return fmt::format("dt::bitcast_f32({})", x);
     }
     return x;
   }
@@ -644,6 +653,17 @@ class Generator {
       case ir::BinaryFn::Ge: return fmt::format("({} >= {})", a, b);
       case ir::BinaryFn::And: return fmt::format("({} && {})", a, b);
       case ir::BinaryFn::Or: return fmt::format("({} || {})", a, b);
+      case ir::BinaryFn::Pow: return fmt::format("dt::pow({}, {})", a, b);
+      case ir::BinaryFn::BitAnd: return fmt::format("({} & {})", a, b);
+      case ir::BinaryFn::BitOr: return fmt::format("({} | {})", a, b);
+      case ir::BinaryFn::BitXor: return fmt::format("({} ^ {})", a, b);
+      case ir::BinaryFn::Shl: return fmt::format("dt::shl({}, {})", a, b);
+      case ir::BinaryFn::Shr: return fmt::format("dt::shr({}, {})", a, b);
+      case ir::BinaryFn::Mod: return fmt::format("dt::remainder({}, {})", a, b);
+      case ir::BinaryFn::FloorDiv: return fmt::format("dt::floor_divide({}, {})", a, b);
+      case ir::BinaryFn::Rand: return fmt::format("dt::rand({}, {})", a, b);
+      case ir::BinaryFn::Randn: return fmt::format("dt::randn({}, {})", a, b);
+      case ir::BinaryFn::RandInt: return fmt::format("dt::randint({}, {})", a, b);
     }
     return a;
   }

@@ -67,6 +67,82 @@ std::string literal(const ir::Constant& c, DType t) {
   return py_float(c.real);
 }
 
+// Integer and random functions the module spells as Python helpers, written into a module
+// only when its kernel uses them: torch's semantics, in int32 and uint32 (TPUs have no 64-bit integers).
+constexpr const char* kShiftHelpers = R"(def _shl(a, b, bits):
+    """torch's <<: a count outside [0, bits) gives 0."""
+    return jnp.where((b < 0) | (b >= bits), 0, jax.lax.shift_left(a, jnp.clip(b, 0, 31)))
+
+
+def _shr(a, b, bits):
+    """torch's >> (arithmetic): a count outside [0, bits) gives the sign, 0 or -1."""
+    return jax.lax.shift_right_arithmetic(a, jnp.where((b < 0) | (b >= bits), 31, jnp.minimum(b, 31)))
+
+
+)";
+
+constexpr const char* kDivisionHelpers = R"(def _floor_divide(a, b):
+    """Python's // : rounds down; x // 0 = 0 and MIN // -1 wraps to MIN (as on every target)."""
+    d = jnp.where((b == 0) | (b == -1), 1, b)
+    q = jax.lax.div(a, d)
+    q = jnp.where((jax.lax.rem(a, d) != 0) & ((a < 0) != (d < 0)), q - 1, q)
+    return jnp.where(b == 0, 0, jnp.where(b == -1, -a, q))
+
+
+def _remainder(a, b):
+    """Python's % : the divisor's sign; x % 0 = x."""
+    d = jnp.where((b == 0) | (b == -1), 1, b)
+    r = jax.lax.rem(a, d)
+    r = jnp.where((r != 0) & ((r < 0) != (d < 0)), r + d, r)
+    return jnp.where(b == 0, a, jnp.where(b == -1, 0, r))
+
+
+)";
+
+constexpr const char* kRandomHelpers = R"(def _umulhi(a, b):
+    """The high word of the 64-bit product of uint32 a and b, from 16-bit halves (no uint64 on TPUs)."""
+    a_lo, a_hi = a & 0xFFFF, a >> 16
+    b_lo, b_hi = b & 0xFFFF, b >> 16
+    cross = ((a_lo * b_lo) >> 16) + ((a_hi * b_lo) & 0xFFFF) + a_lo * b_hi
+    return a_hi * b_hi + ((a_hi * b_lo) >> 16) + (cross >> 16)
+
+
+def _philox(seed, offset):
+    """Philox4x32-10 of counter (offset lo, offset hi, 0, 0) under key (seed lo, seed hi).
+
+    Both are int32 here, int64 in the kernel: their high words are the sign extension."""
+    k0, k1 = seed.astype(jnp.uint32), (seed >> 31).astype(jnp.uint32)
+    c0, c1 = offset.astype(jnp.uint32), (offset >> 31).astype(jnp.uint32)
+    c2 = c3 = jnp.zeros_like(c0)
+    for r in range(10):
+        if r > 0:
+            k0, k1 = k0 + jnp.uint32(0x9E3779B9), k1 + jnp.uint32(0xBB67AE85)
+        m0, m1 = jnp.uint32(0xD2511F53), jnp.uint32(0xCD9E8D57)
+        c0, c1, c2, c3 = _umulhi(m1, c2) ^ c1 ^ k0, m1 * c2, _umulhi(m0, c0) ^ c3 ^ k1, m0 * c0
+    return c0, c1, c2, c3
+
+
+def _uniform(w, add=0):
+    """[0, 1) (with add=1: (0, 1]) from a word's top 24 bits, exactly."""
+    return ((w >> 8) + jnp.uint32(add)).astype(jnp.float32) * jnp.float32(2.0**-24)
+
+
+def _rand(seed, offset):
+    return _uniform(_philox(seed, offset)[0])
+
+
+def _randn(seed, offset):
+    """Box-Muller on the first two words."""
+    w = _philox(seed, offset)
+    return jnp.sqrt(-2.0 * jnp.log(_uniform(w[0], 1))) * jnp.cos(jnp.float32(6.283185307179586) * _uniform(w[1]))
+
+
+def _randint(seed, offset):
+    return jax.lax.bitcast_convert_type(_philox(seed, offset)[0], jnp.int32)
+
+
+)";
+
 using python::human_bytes;
 
 int64_t next_pow2(int64_t n) {
@@ -694,12 +770,39 @@ class Analysis {
           __int128 m = std::max(a.hi < 0 ? -a.hi : a.hi, a.lo < 0 ? -a.lo : a.lo);
           return {a.lo >= 0 ? a.lo : a.hi <= 0 ? -a.hi : 0, m};
         }
+        if (op.unary == ir::UnaryFn::BitcastI32) return of_dtype(DType::i32);
         return {0, 1};  // logical_not
       case OpKind::Binary: {
         if (ir::is_comparison(op.binary) || op.binary == ir::BinaryFn::And || op.binary == ir::BinaryFn::Or)
           return {0, 1};
+        if (op.binary == ir::BinaryFn::RandInt) return of_dtype(DType::i32);
         Range a = in(0), b = in(1);
+        auto magnitude = [](const Range& x) { return std::max(x.lo < 0 ? -x.lo : x.lo, x.hi < 0 ? -x.hi : x.hi); };
         switch (op.binary) {
+          // Bitwise results of int32-sized operands are int32-sized (sign-extended either way);
+          // with a non-negative operand, & lies in [0, its max].
+          case ir::BinaryFn::BitAnd:
+            if (a.lo >= 0 || b.lo >= 0) return {0, std::min(a.lo >= 0 ? a.hi : kWide, b.lo >= 0 ? b.hi : kWide)};
+            [[fallthrough]];
+          case ir::BinaryFn::BitOr:
+          case ir::BinaryFn::BitXor:
+            if (a.lo >= 0 && b.lo >= 0) {  // below the next power of two
+              __int128 top = 1;
+              while (top <= std::max(a.hi, b.hi) && top < kWide) top <<= 1;
+              return {0, top - 1};
+            }
+            return fits_int32(a) && fits_int32(b) ? of_dtype(DType::i32) : of_dtype(val.dtype);
+          case ir::BinaryFn::Shr: return {std::min(a.lo, __int128(0)), std::max(a.hi, __int128(0))};
+          case ir::BinaryFn::Shl:
+            if (b.lo == b.hi && b.lo >= 0 && b.lo < 63) return clamp(a.lo << int(b.lo), a.hi << int(b.lo));
+            return of_dtype(val.dtype);
+          case ir::BinaryFn::Mod: {  // |r| < |b|, with b's sign; x % 0 = x
+            __int128 m = magnitude(b);
+            Range r = {b.lo < 0 ? 1 - m : 0, b.hi > 0 ? m - 1 : 0};
+            if (b.lo <= 0 && b.hi >= 0) r = {std::min(r.lo, a.lo), std::max(r.hi, a.hi)};
+            return r;
+          }
+          case ir::BinaryFn::FloorDiv: return {-magnitude(a), magnitude(a)};  // |x // y| <= |x|
           case ir::BinaryFn::Add: return clamp(a.lo + b.lo, a.hi + b.hi);
           case ir::BinaryFn::Sub: return clamp(a.lo - b.hi, a.hi - b.lo);
           case ir::BinaryFn::Mul: {
@@ -990,6 +1093,15 @@ class Generator {
     out_ += "import jax.numpy as jnp\n";
     out_ += "from jax.experimental import pallas as pl\n";
     out_ += "from jax.experimental.pallas import tpu as pltpu\n\n";
+    auto uses = [&](std::initializer_list<ir::BinaryFn> fns) {
+      return std::any_of(k_.ops.begin(), k_.ops.end(), [&](const ir::Op& op) {
+        return op.kind == OpKind::Binary && std::find(fns.begin(), fns.end(), op.binary) != fns.end();
+      });
+    };
+    using ir::BinaryFn;
+    if (uses({BinaryFn::Shl, BinaryFn::Shr})) out_ += std::string("\n") + kShiftHelpers;
+    if (uses({BinaryFn::FloorDiv, BinaryFn::Mod})) out_ += std::string("\n") + kDivisionHelpers;
+    if (uses({BinaryFn::Rand, BinaryFn::Randn, BinaryFn::RandInt})) out_ += std::string("\n") + kRandomHelpers;
   }
 
   int64_t vmem_limit(const Footprint& f) const { return vmem_limit_bytes(an_.chip, f); }
@@ -1477,11 +1589,21 @@ class Generator {
       case ir::UnaryFn::GeluErf: return fmt::format("jax.nn.gelu({}, approximate=False)", x);
       case ir::UnaryFn::Abs: return fmt::format("jnp.abs({})", x);
       case ir::UnaryFn::Erf: return fmt::format("jax.lax.erf({})", x);
+      case ir::UnaryFn::Sin: return fmt::format("jnp.sin({})", x);
+      case ir::UnaryFn::Cos: return fmt::format("jnp.cos({})", x);
+      case ir::UnaryFn::Log1p: return fmt::format("jnp.log1p({})", x);
+      case ir::UnaryFn::Expm1: return fmt::format("jnp.expm1({})", x);
+      case ir::UnaryFn::Floor: return fmt::format("jnp.floor({})", x);
+      case ir::UnaryFn::Ceil: return fmt::format("jnp.ceil({})", x);
+      case ir::UnaryFn::Round: return fmt::format("jnp.round({})", x);  // halves to even
+      case ir::UnaryFn::BitcastI32: return fmt::format("jax.lax.bitcast_convert_type({}, jnp.int32)", x);
+      case ir::UnaryFn::BitcastF32: return fmt::format("jax.lax.bitcast_convert_type({}, jnp.float32)", x);
     }
     return x;
   }
 
-  static std::string binary(ir::BinaryFn f, const std::string& a, const std::string& b) {
+  // `t`: the operands' IR dtype (shift counts are checked against its width).
+  static std::string binary(ir::BinaryFn f, const std::string& a, const std::string& b, DType t = DType::f32) {
     switch (f) {
       case ir::BinaryFn::Add: return fmt::format("{} + {}", a, b);
       case ir::BinaryFn::Sub: return fmt::format("{} - {}", a, b);
@@ -1497,6 +1619,13 @@ class Generator {
       case ir::BinaryFn::Ge: return fmt::format("{} >= {}", a, b);
       case ir::BinaryFn::And: return fmt::format("jnp.logical_and({}, {})", a, b);
       case ir::BinaryFn::Or: return fmt::format("jnp.logical_or({}, {})", a, b);
+      case ir::BinaryFn::Pow: return fmt::format("jnp.power({}, {})", a, b);
+      case ir::BinaryFn::BitAnd: return fmt::format("({}) & ({})", a, b);
+      case ir::BinaryFn::BitOr: return fmt::format("({}) | ({})", a, b);
+      case ir::BinaryFn::BitXor: return fmt::format("({}) ^ ({})", a, b);
+      case ir::BinaryFn::Shl: case ir::BinaryFn::Shr: case ir::BinaryFn::Mod: case ir::BinaryFn::FloorDiv:
+      case ir::BinaryFn::Rand: case ir::BinaryFn::Randn: case ir::BinaryFn::RandInt:
+        return python::helper_call(f, a, b, t);  // helpers written into the module where used
     }
     return a;
   }
@@ -1756,7 +1885,7 @@ class Generator {
       case OpKind::Binary: {
         DType t = ir::operand_dtype(op.binary, promote(in_dtype(0), in_dtype(1)));
         e = binary(op.binary, align(convert(in(0), in_dtype(0), t), in_dims(0), r.dims, false, op),
-                   align(convert(in(1), in_dtype(1), t), in_dims(1), r.dims, false, op));
+                   align(convert(in(1), in_dtype(1), t), in_dims(1), r.dims, false, op), t);
         what = ir::name(op.binary);
         break;
       }

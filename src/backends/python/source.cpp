@@ -46,4 +46,18 @@ std::string human_bytes(int64_t bytes) {
   return fmt::format("{} bytes", bytes);
 }
 
+std::string helper_call(ir::BinaryFn f, const std::string& a, const std::string& b, DType operands) {
+  using ir::BinaryFn;
+  switch (f) {
+    case BinaryFn::Shl: return fmt::format("_shl({}, {}, {})", a, b, 8 * dtype_size(operands));
+    case BinaryFn::Shr: return fmt::format("_shr({}, {}, {})", a, b, 8 * dtype_size(operands));
+    case BinaryFn::Mod: return fmt::format("_remainder({}, {})", a, b);
+    case BinaryFn::FloorDiv: return fmt::format("_floor_divide({}, {})", a, b);
+    case BinaryFn::Rand: return fmt::format("_rand({}, {})", a, b);
+    case BinaryFn::Randn: return fmt::format("_randn({}, {})", a, b);
+    case BinaryFn::RandInt: return fmt::format("_randint({}, {})", a, b);
+    default: return "";
+  }
+}
+
 }  // namespace deuteron::python

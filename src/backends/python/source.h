@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "deuteron/dtype.h"
+#include "ir/ops.h"
+
 namespace deuteron::python {
 
 // An identifier for a user's name (a tensor, scalar or axis): characters other than letters,
@@ -23,6 +26,12 @@ std::string tuple(const std::vector<std::string>& items);
 
 // "BLOCK_" + upper(axis) style constants.
 std::string upper(std::string s);
+
+// The integer and random functions every Python-based target spells as a call of a helper
+// written into its module (each target writes the bodies in its own framework, with these names
+// and torch's semantics): "_shl(a, b, 32)" (the operands' width), "_shr", "_remainder",
+// "_floor_divide", "_rand", "_randn", "_randint". Empty for any other function.
+std::string helper_call(ir::BinaryFn f, const std::string& a, const std::string& b, DType operands);
 
 // "1.5 MiB", "3.0 KiB", "12 bytes": sizes in generated comments.
 std::string human_bytes(int64_t bytes);

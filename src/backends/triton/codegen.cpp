@@ -73,6 +73,133 @@ const char* torch_type(DType t) {
   return "torch.float32";
 }
 
+// The functions the module spells as @triton.jit helpers (tl.math and plain Triton only:
+// libdevice's log1p, expm1, pow and rint do not run under the interpreter), each written into a
+// module only when its kernel uses it.
+constexpr const char* kRoundHelper = R"(@triton.jit
+def _round(x):
+    """torch.round: halves to even; the sign of a zero result is x's."""
+    f = tl.floor(x)
+    d = x - f
+    odd = f - 2.0 * tl.floor(0.5 * f) == 1.0
+    r = tl.where((d > 0.5) | ((d == 0.5) & odd), f + 1.0, f)
+    return tl.where(r == 0.0, x * 0.0, r)
+)";
+constexpr const char* kLog1pHelper = R"(@triton.jit
+def _log1p(x):
+    """log(1 + x), accurate near 0: log(u) * x / (u - 1) with u = 1 + x (Goldberg)."""
+    u = 1.0 + x
+    return tl.where((u == 1.0) | (u == float("inf")), x, tl.log(u) * (x / (u - 1.0)))
+)";
+constexpr const char* kExpm1Helper = R"(@triton.jit
+def _expm1(x):
+    """exp(x) - 1, accurate near 0: (u - 1) * x / log(u) with u = exp(x) (Kahan)."""
+    u = tl.exp(x)
+    r = tl.where(u == 1.0, x, (u - 1.0) * (x / tl.log(u)))
+    r = tl.where(u - 1.0 == -1.0, -1.0, r)
+    return tl.where(u == float("inf"), u, r)
+)";
+constexpr const char* kPowHelper = R"(@triton.jit
+def _pow(a, b):
+    """C's powf (torch.pow): |a| ** b from float64 exp2 and log2, then the sign and special cases."""
+    a, b = tl.broadcast(a, b)  # (the interpreter cannot & a scalar condition with a block one)
+    a64 = a.to(tl.float64)
+    b64 = b.to(tl.float64)
+    r = tl.exp2(b64 * tl.log2(tl.abs(a64)))
+    whole = tl.floor(b64) == b64
+    odd = whole & (tl.floor(0.5 * b64) * 2.0 != b64)
+    r = tl.where((a.to(tl.int32, bitcast=True) < 0) & odd, -r, r)  # the sign bit: -0.0 too
+    r = tl.where((a64 < 0.0) & (a64 > -float("inf")) & (b64 == b64) & ~whole, float("nan"), r)
+    r = tl.where((b64 == 0.0) | (a64 == 1.0) | ((a64 == -1.0) & (tl.abs(b64) == float("inf"))), 1.0, r)
+    return r.to(tl.float32)
+)";
+constexpr const char* kNanMinMaxHelper = R"(@triton.jit
+def _max_nan(a, b):
+    """torch.amax's combine: NaN propagates."""
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _min_nan(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+)";
+constexpr const char* kShiftHelper = R"(@triton.jit
+def _shl(a, b, BITS: tl.constexpr):
+    """torch's <<: a count outside [0, BITS) gives 0 (a shift by BITS or more is undefined in LLVM)."""
+    return tl.where((b < 0) | (b >= BITS), 0, a << tl.minimum(tl.maximum(b, 0), BITS - 1))
+
+
+@triton.jit
+def _shr(a, b, BITS: tl.constexpr):
+    """torch's >> (arithmetic): a count outside [0, BITS) gives the sign, 0 or -1."""
+    return a >> tl.where((b < 0) | (b >= BITS), BITS - 1, b)
+)";
+constexpr const char* kDivisionHelper = R"(@triton.jit
+def _floor_divide(a, b):
+    """Python's // (Triton's truncates): rounds down; x // 0 = 0 and MIN // -1 wraps to MIN."""
+    d = tl.where((b == 0) | (b == -1), 1, b)
+    q = a // d
+    q = tl.where((a % d != 0) & ((a < 0) != (d < 0)), q - 1, q)
+    return tl.where(b == 0, 0, tl.where(b == -1, -a, q))
+
+
+@triton.jit
+def _remainder(a, b):
+    """Python's % (Triton's has a's sign): the divisor's sign; x % 0 = x."""
+    d = tl.where((b == 0) | (b == -1), 1, b)
+    r = a % d
+    r = tl.where((r != 0) & ((r < 0) != (d < 0)), r + d, r)
+    return tl.where(b == 0, a, tl.where(b == -1, 0, r))
+)";
+constexpr const char* kRandomHelper = R"(@triton.jit
+def _philox(seed, offset):
+    """Philox4x32-10 of counter (offset lo, offset hi, 0, 0) under key (seed lo, seed hi)."""
+    seed = seed.to(tl.int64)
+    offset = offset.to(tl.int64)
+    k0 = seed.to(tl.uint32)
+    k1 = (seed >> 32).to(tl.uint32)
+    c0 = offset.to(tl.uint32)
+    c1 = (offset >> 32).to(tl.uint32)
+    c2 = tl.zeros_like(c0)
+    c3 = tl.zeros_like(c0)
+    for _ in tl.static_range(10):
+        n0 = tl.umulhi(0xCD9E8D57, c2) ^ c1 ^ k0
+        n2 = tl.umulhi(0xD2511F53, c0) ^ c3 ^ k1
+        c1 = c2 * 0xCD9E8D57
+        c3 = c0 * 0xD2511F53
+        c0 = n0
+        c2 = n2
+        k0 = k0 + 0x9E3779B9  # the last bump is unused
+        k1 = k1 + 0xBB67AE85
+    return c0, c1, c2, c3
+
+
+@triton.jit
+def _uniform(w):
+    """[0, 1) from a word's top 24 bits, exactly."""
+    return (w >> 8).to(tl.float32) * 5.9604644775390625e-08
+
+
+@triton.jit
+def _rand(seed, offset):
+    c0, c1, c2, c3 = _philox(seed, offset)
+    return _uniform(c0)
+
+
+@triton.jit
+def _randn(seed, offset):
+    """Box-Muller on the first two words; u1 in (0, 1]."""
+    c0, c1, c2, c3 = _philox(seed, offset)
+    u1 = ((c0 >> 8) + 1).to(tl.float32) * 5.9604644775390625e-08
+    return tl.sqrt(-2.0 * tl.log(u1)) * tl.cos(6.283185307179586 * _uniform(c1))
+
+
+@triton.jit
+def _randint(seed, offset):
+    c0, c1, c2, c3 = _philox(seed, offset)
+    return c0.to(tl.int32, bitcast=True)
+)";
+
 std::string literal(const ir::Constant& c, DType t) {
   if (t == DType::boolean) return c.integer != 0 ? "True" : "False";
   if (!is_floating(t)) return fmt::format("{}", c.integer);
@@ -640,19 +767,25 @@ class Generator {
     return out;
   }
 
-  static const char* reduce_fn(ir::ReduceFn f) {
+  // Float amax/amin reduce with the NaN-propagating helpers (tl.max and tl.min drop NaN, where
+  // torch.amax gives NaN); the rest with tl.sum/max/min.
+  static std::string reduce(ir::ReduceFn f, DType t, const std::string& x, int dim, bool keepdim) {
+    std::string keep = keepdim ? ", keep_dims=True" : "";
+    bool nan = is_floating(t) && f != ir::ReduceFn::Sum;
     switch (f) {
-      case ir::ReduceFn::Sum: return "tl.sum";
-      case ir::ReduceFn::Max: return "tl.max";
-      case ir::ReduceFn::Min: return "tl.min";
+      case ir::ReduceFn::Sum: return fmt::format("tl.sum({}, axis={}{})", x, dim, keep);
+      case ir::ReduceFn::Max:
+        return nan ? fmt::format("tl.reduce({}, {}, _max_nan{})", x, dim, keep) : fmt::format("tl.max({}, axis={}{})", x, dim, keep);
+      case ir::ReduceFn::Min:
+        return nan ? fmt::format("tl.reduce({}, {}, _min_nan{})", x, dim, keep) : fmt::format("tl.min({}, axis={}{})", x, dim, keep);
     }
-    return "tl.sum";
+    return x;
   }
-  static std::string combine(ir::ReduceFn f, const std::string& acc, const std::string& x) {
+  static std::string combine(ir::ReduceFn f, DType t, const std::string& acc, const std::string& x) {
     switch (f) {
-      case ir::ReduceFn::Sum: return fmt::format("{} + {}", acc, x);
-      case ir::ReduceFn::Max: return fmt::format("tl.maximum({}, {})", acc, x);
-      case ir::ReduceFn::Min: return fmt::format("tl.minimum({}, {})", acc, x);
+      case ir::ReduceFn::Sum: return binary(ir::BinaryFn::Add, acc, x, t);
+      case ir::ReduceFn::Max: return binary(ir::BinaryFn::Max, acc, x, t);
+      case ir::ReduceFn::Min: return binary(ir::BinaryFn::Min, acc, x, t);
     }
     return x;
   }
@@ -687,17 +820,30 @@ class Generator {
       case ir::UnaryFn::GeluErf: return fmt::format("0.5 * {0} * (1.0 + tl.math.erf({0} * 0.7071067811865476))", x);
       case ir::UnaryFn::Abs: return fmt::format("tl.abs({})", x);
       case ir::UnaryFn::Erf: return fmt::format("tl.math.erf({})", x);
+      case ir::UnaryFn::Sin: return fmt::format("tl.sin({})", x);
+      case ir::UnaryFn::Cos: return fmt::format("tl.cos({})", x);
+      case ir::UnaryFn::Log1p: return fmt::format("_log1p({})", x);
+      case ir::UnaryFn::Expm1: return fmt::format("_expm1({})", x);
+      case ir::UnaryFn::Floor: return fmt::format("tl.floor({})", x);
+      case ir::UnaryFn::Ceil: return fmt::format("tl.ceil({})", x);
+      case ir::UnaryFn::Round: return fmt::format("_round({})", x);
+      case ir::UnaryFn::BitcastI32: return fmt::format("{}.to(tl.int32, bitcast=True)", x);
+      case ir::UnaryFn::BitcastF32: return fmt::format("{}.to(tl.float32, bitcast=True)", x);
     }
     return x;
   }
-  static std::string binary(ir::BinaryFn f, const std::string& a, const std::string& b) {
+  // `t`: the operands' dtype (shift counts are checked against its width).
+  static std::string binary(ir::BinaryFn f, const std::string& a, const std::string& b, DType t) {
     switch (f) {
       case ir::BinaryFn::Add: return fmt::format("{} + {}", a, b);
       case ir::BinaryFn::Sub: return fmt::format("{} - {}", a, b);
       case ir::BinaryFn::Mul: return fmt::format("{} * {}", a, b);
       case ir::BinaryFn::Div: return fmt::format("{} / {}", a, b);
-      case ir::BinaryFn::Max: return fmt::format("tl.maximum({}, {})", a, b);
-      case ir::BinaryFn::Min: return fmt::format("tl.minimum({}, {})", a, b);
+      // NaN propagates, as in torch.maximum (tl.maximum's default drops it).
+      case ir::BinaryFn::Max:
+        return fmt::format("tl.maximum({}, {}{})", a, b, is_floating(t) ? ", propagate_nan=tl.PropagateNan.ALL" : "");
+      case ir::BinaryFn::Min:
+        return fmt::format("tl.minimum({}, {}{})", a, b, is_floating(t) ? ", propagate_nan=tl.PropagateNan.ALL" : "");
       case ir::BinaryFn::Eq: return fmt::format("{} == {}", a, b);
       case ir::BinaryFn::Ne: return fmt::format("{} != {}", a, b);
       case ir::BinaryFn::Lt: return fmt::format("{} < {}", a, b);
@@ -706,6 +852,13 @@ class Generator {
       case ir::BinaryFn::Ge: return fmt::format("{} >= {}", a, b);
       case ir::BinaryFn::And: return fmt::format("{} & {}", a, b);
       case ir::BinaryFn::Or: return fmt::format("{} | {}", a, b);
+      case ir::BinaryFn::Pow: return fmt::format("_pow({}, {})", a, b);
+      case ir::BinaryFn::BitAnd: return fmt::format("{} & {}", a, b);
+      case ir::BinaryFn::BitOr: return fmt::format("{} | {}", a, b);
+      case ir::BinaryFn::BitXor: return fmt::format("{} ^ {}", a, b);
+      case ir::BinaryFn::Shl: case ir::BinaryFn::Shr: case ir::BinaryFn::Mod: case ir::BinaryFn::FloorDiv:
+      case ir::BinaryFn::Rand: case ir::BinaryFn::Randn: case ir::BinaryFn::RandInt:
+        return python::helper_call(f, a, b, t);  // helpers written into the module where used
     }
     return a;
   }
@@ -716,6 +869,33 @@ class Generator {
   }
 
   bool uses_tanh_ = false, uses_gelu_tanh_ = false;
+
+  // The helpers the kernel's functions call, in a fixed order (the module is byte-identical).
+  std::vector<const char*> helpers() const {
+    auto uses = [&](auto... fns) {
+      return std::any_of(k_.ops.begin(), k_.ops.end(), [&](const ir::Op& op) {
+        if constexpr ((std::is_same_v<decltype(fns), ir::UnaryFn> && ...))
+          return op.kind == OpKind::Unary && ((op.unary == fns) || ...);
+        else
+          return op.kind == OpKind::Binary && ((op.binary == fns) || ...);
+      });
+    };
+    using ir::BinaryFn;
+    using ir::UnaryFn;
+    std::vector<const char*> out;
+    if (uses(UnaryFn::Round)) out.push_back(kRoundHelper);
+    if (uses(UnaryFn::Log1p)) out.push_back(kLog1pHelper);
+    if (uses(UnaryFn::Expm1)) out.push_back(kExpm1Helper);
+    if (uses(BinaryFn::Pow)) out.push_back(kPowHelper);
+    if (std::any_of(k_.ops.begin(), k_.ops.end(), [&](const ir::Op& op) {
+          return op.kind == OpKind::Reduce && op.reduce != ir::ReduceFn::Sum && is_floating(k_.value(op.result).dtype);
+        }))
+      out.push_back(kNanMinMaxHelper);
+    if (uses(BinaryFn::Shl, BinaryFn::Shr)) out.push_back(kShiftHelper);
+    if (uses(BinaryFn::FloorDiv, BinaryFn::Mod)) out.push_back(kDivisionHelper);
+    if (uses(BinaryFn::Rand, BinaryFn::Randn, BinaryFn::RandInt)) out.push_back(kRandomHelper);
+    return out;
+  }
 
   // a @ b (+ acc) with tl.dot, accumulating in f32.
   std::string dot(const ir::Op& op, Lines& lines) {
@@ -859,7 +1039,7 @@ class Generator {
       case OpKind::Binary: {
         DType t = ir::operand_dtype(op.binary, promote(in_dtype(0), in_dtype(1)));
         e = binary(op.binary, paren(align(convert(in(0), in_dtype(0), t), in_dims(0), r.dims, false, op)),
-                   paren(align(convert(in(1), in_dtype(1), t), in_dims(1), r.dims, false, op)));
+                   paren(align(convert(in(1), in_dtype(1), t), in_dims(1), r.dims, false, op)), t);
         what = ir::name(op.binary);
         break;
       }
@@ -883,8 +1063,8 @@ class Generator {
           if (!m.empty())
             x = fmt::format("tl.where({}, {}, {})", align(m, {axis}, in_dims(0), false, op), x, identity(op.reduce, r.dtype));
         }
-        e = fmt::format("{}({}, axis={}{})", reduce_fn(op.reduce), x, op.dim, op.keepdim ? ", keep_dims=True" : "");
-        if (an_.looped(axis)) e = combine(op.reduce, name(op.result), e);  // this block into the running result
+        e = reduce(op.reduce, r.dtype, x, op.dim, op.keepdim);
+        if (an_.looped(axis)) e = combine(op.reduce, r.dtype, name(op.result), e);  // this block into the running result
         what = fmt::format("{} over {}", ir::name(op.reduce), ir::dim_name(k_, axis));
         break;
       }
@@ -1015,6 +1195,7 @@ class Generator {
       out += "def _gelu_tanh(x):\n";
       out += "    return 0.5 * x * (1.0 + _tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))\n\n\n";
     }
+    for (const char* h : helpers()) out += std::string(h) + "\n\n";
     out += "@triton.jit\n";
     out += fmt::format("def {}(\n", kernel_name());
     for (const std::string& s : params) out += fmt::format("    {},\n", s);

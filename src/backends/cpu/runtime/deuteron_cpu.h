@@ -358,6 +358,20 @@ DT_INLINE uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(r | sign);
 }
 
+// ---- libm's functions ------------------------------------------------------------------------
+
+// These call the C library (scalar: a loop using them does not vectorise): glibc's sinf, cosf,
+// log1pf, expm1f and powf are accurate to an ulp and follow C's special cases, as torch's CPU
+// kernels do. floor/ceil/rint are single instructions where -march has SSE4.1 or AVX.
+DT_INLINE float sin(float x) { return __builtin_sinf(x); }
+DT_INLINE float cos(float x) { return __builtin_cosf(x); }
+DT_INLINE float log1p(float x) { return __builtin_log1pf(x); }
+DT_INLINE float expm1(float x) { return __builtin_expm1f(x); }
+DT_INLINE float pow(float a, float b) { return __builtin_powf(a, b); }
+DT_INLINE float floor(float x) { return __builtin_floorf(x); }
+DT_INLINE float ceil(float x) { return __builtin_ceilf(x); }
+DT_INLINE float round(float x) { return __builtin_rintf(x); }  // halves to even (the default mode)
+
 // ---- integers ----------------------------------------------------------------------------------
 
 // The kernel's integer arithmetic wraps on overflow, as PyTorch's does. Signed overflow is
@@ -378,6 +392,68 @@ template <typename T> DT_INLINE T wrapping_mul(T a, T b) { return T(detail::unsi
 template <typename T> DT_INLINE T wrapping_neg(T a) { return T(detail::unsigned_t<T>(0) - detail::unsigned_t<T>(a)); }
 // torch.abs of the most negative value is itself.
 template <typename T> DT_INLINE T wrapping_abs(T a) { return a < 0 ? wrapping_neg(a) : a; }
+
+// Shifts as torch defines them: a count outside [0, bits) gives 0 (<<) or the sign (>>),
+// never C++'s undefined behaviour. >> of a negative value is arithmetic (C++20).
+template <typename T> DT_INLINE T shl(T a, T b) {
+  constexpr uint64_t bits = 8 * sizeof(T);
+  return uint64_t(b) >= bits ? T(0) : T(detail::unsigned_t<T>(a) << b);
+}
+template <typename T> DT_INLINE T shr(T a, T b) {
+  constexpr uint64_t bits = 8 * sizeof(T);
+  return a >> (uint64_t(b) >= bits ? T(bits - 1) : b);
+}
+// Python's and torch's // and % (the quotient rounds down, the remainder takes the divisor's
+// sign), defined where C++ is not: x // 0 = 0, x % 0 = x, and MIN // -1 wraps to MIN.
+template <typename T> DT_INLINE T floor_divide(T a, T b) {
+  if (b == 0) return 0;
+  if (b == -1) return wrapping_neg(a);
+  T q = a / b;
+  return (a % b != 0 && (a < 0) != (b < 0)) ? T(q - 1) : q;
+}
+template <typename T> DT_INLINE T remainder(T a, T b) {
+  if (b == 0) return a;
+  if (b == -1) return 0;
+  T r = a % b;
+  return (r != 0 && (r < 0) != (b < 0)) ? T(r + b) : r;
+}
+DT_INLINE int32_t bitcast_i32(float x) { return __builtin_bit_cast(int32_t, x); }
+DT_INLINE float bitcast_f32(int32_t x) { return __builtin_bit_cast(float, x); }
+
+// ---- random numbers: Philox4x32-10 (Salmon et al., SC'11; Random123's constants) ------------
+
+struct Philox4 {
+  uint32_t w[4];
+};
+// The 10-round Philox4x32 of counter (c0, c1, 0, 0) = the offset's two words under key
+// (k0, k1) = the seed's. Every target spells the same rounds, so the bits agree everywhere.
+DT_INLINE Philox4 philox(int64_t seed, int64_t offset) {
+  uint32_t k0 = uint32_t(uint64_t(seed)), k1 = uint32_t(uint64_t(seed) >> 32);
+  uint32_t c0 = uint32_t(uint64_t(offset)), c1 = uint32_t(uint64_t(offset) >> 32), c2 = 0, c3 = 0;
+  // Unrolled and branch-free, so that a loop calling it vectorises (32x32->64-bit products).
+#pragma GCC unroll 10
+  for (int round = 0; round < 10; ++round) {
+    uint64_t p0 = uint64_t(0xD2511F53u) * c0, p1 = uint64_t(0xCD9E8D57u) * c2;
+    uint32_t n0 = uint32_t(p1 >> 32) ^ c1 ^ k0, n2 = uint32_t(p0 >> 32) ^ c3 ^ k1;
+    c1 = uint32_t(p1);
+    c3 = uint32_t(p0);
+    c0 = n0;
+    c2 = n2;
+    k0 += 0x9E3779B9u;  // the key for the next round (the last bump is unused)
+    k1 += 0xBB67AE85u;
+  }
+  return {{c0, c1, c2, c3}};
+}
+// [0, 1) from a word's top 24 bits: exact in float, never 1.
+DT_INLINE float uniform_of(uint32_t w) { return float(w >> 8) * 0x1p-24f; }
+DT_INLINE float rand(int64_t seed, int64_t offset) { return uniform_of(philox(seed, offset).w[0]); }
+DT_INLINE int32_t randint(int64_t seed, int64_t offset) { return int32_t(philox(seed, offset).w[0]); }
+// Box-Muller: u1 in (0, 1] (no log of 0), u2 in [0, 1).
+DT_INLINE float randn(int64_t seed, int64_t offset) {
+  Philox4 r = philox(seed, offset);
+  float u1 = float((r.w[0] >> 8) + 1) * 0x1p-24f, u2 = uniform_of(r.w[1]);
+  return __builtin_sqrtf(-2.0f * log(u1)) * __builtin_cosf(6.28318530717958648f * u2);
+}
 
 // ---- indices computed by the kernel ------------------------------------------------------------
 
