@@ -25,7 +25,8 @@ fi
 # Tests compile kernels into their own cache, so a stale user cache cannot hide a failure.
 export DEUTERON_CACHE_DIR="$BUILD/test-cache"
 rm -rf "$DEUTERON_CACHE_DIR"
-# The benchmark harness on one tiny shape, when the bench venv is there (setup_python.sh --bench).
+# The benchmark harness on one tiny shape (bench/smoke.sh: the model validation always, the
+# framework comparison when the venv has torch and jax).
 [ "$SANITIZE" -eq 1 ] || bash "$REPO/bench/smoke.sh"
 cd "$BUILD"
 ctest --output-on-failure -j "$(nproc)" --timeout 900
