@@ -21,8 +21,14 @@ for strategy in emit_pipeline unroll fori_loop; do
 done
 "$BIN" model add --target cpu --shape 4096,4096 --timeline "$OUT/add_cpu.png" --timeline-steps 4
 
-# field NAME JSON: a number or string field of a one-line JSON object.
-field() { jq -r ".$1" <<<"$2"; }
+# field NAME JSON: a number, bool or string field (NAME may be dotted) of a one-line JSON object.
+# python3 rather than jq: setup.sh installs no jq.
+field() {
+  python3 -c 'import json, sys
+v = json.loads(sys.argv[2])
+for k in sys.argv[1].split("."): v = v[k]
+print(json.dumps(v) if isinstance(v, bool) else v)' "$1" "$2"
+}
 printf '\n| S | emit_pipeline TFLOP/s | unroll TFLOP/s | fori_loop TFLOP/s | tune --by-model picks |\n|---|---|---|---|---|\n'
 for S in 2048 4096 8192 16384 32768; do
   row="| $S |"

@@ -14,6 +14,9 @@ enum class DType : uint8_t { f32, bf16, f16, i32, i64, boolean };
 int dtype_size(DType t);
 // "float32", "bfloat16", "float16", "int32", "int64", "bool" (PyTorch's names).
 std::string_view dtype_name(DType t);
+// The C type an element is stored as: float, uint16_t (bf16, f16: their bits), int32_t,
+// int64_t, bool. Generated C++ and the headers of ahead-of-time builds use it.
+const char* storage_ctype(DType t);
 // Accepts PyTorch's names and short ones (f32, bf16, f16, i32, i64, bool); throws ArgumentError.
 DType parse_dtype(std::string_view name);
 bool is_floating(DType t);

@@ -18,6 +18,18 @@ int dtype_size(DType t) {
   throw RuntimeError("invalid DType value " + std::to_string(int(t)));
 }
 
+const char* storage_ctype(DType t) {
+  switch (t) {
+    case DType::f32: return "float";
+    case DType::bf16:
+    case DType::f16: return "uint16_t";
+    case DType::i32: return "int32_t";
+    case DType::i64: return "int64_t";
+    case DType::boolean: return "bool";
+  }
+  throw RuntimeError("invalid DType value " + std::to_string(int(t)));
+}
+
 std::string_view dtype_name(DType t) {
   switch (t) {
     case DType::f32: return "float32";

@@ -28,18 +28,6 @@ void put(const fs::path& path, const std::string& text) {
                               "pass --out a folder you can write, with space left");
 }
 
-const char* storage_ctype(DType t) {
-  switch (t) {
-    case DType::f32: return "float";
-    case DType::bf16:
-    case DType::f16: return "uint16_t";
-    case DType::i32: return "int32_t";
-    case DType::i64: return "int64_t";
-    case DType::boolean: return "bool";
-  }
-  return "float";
-}
-
 std::string dim_text(const Kernel& k, const Size& s) {
   return s.param >= 0 ? k.shape_names[size_t(s.param)] : std::to_string(s.fixed);
 }

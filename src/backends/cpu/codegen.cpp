@@ -27,18 +27,6 @@ const char* ctype(DType t) {
   }
 }
 
-const char* storage_type(DType t) {
-  switch (t) {
-    case DType::f32: return "float";
-    case DType::bf16:
-    case DType::f16: return "uint16_t";
-    case DType::i32: return "int32_t";
-    case DType::i64: return "int64_t";
-    case DType::boolean: return "bool";
-  }
-  return "float";
-}
-
 std::string literal(const ir::Constant& c, DType t) {
   if (t == DType::boolean) return c.integer != 0 ? "true" : "false";
   // INT64_MIN has no literal: -9223372036854775808 is the negation of an out-of-range one.
@@ -198,8 +186,8 @@ class Generator {
       const auto& t = k_.tensors[i];
       bool in = t.role == ir::HostRole::Input && !stored_.count(int(i));
       line(fmt::format("{}{}* __restrict {} = static_cast<{}{}*>(tensors[{}]);", in ? "const " : "",
-                       storage_type(t.dtype), tensor_name(int(i)), in ? "const " : "",
-                       storage_type(t.dtype), i));
+                       storage_ctype(t.dtype), tensor_name(int(i)), in ? "const " : "",
+                       storage_ctype(t.dtype), i));
     }
     for (size_t i = 0; i < k_.scalars.size(); ++i)
       line(fmt::format("const {} {} = {}(scalars[{}]);", ctype(k_.scalars[i].dtype), scalar_name(int(i)),
