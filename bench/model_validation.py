@@ -108,7 +108,7 @@ def validate_kernel(args, kernel, env):
     shape = rows[0]["shape"]
     notes = []
     if args.tune != "never":
-        cmd = [args.deuteron, "tune", kernel, *shape_args, "--json", "--search", "pattern",
+        cmd = [*args.timed_prefix, args.deuteron, "tune", kernel, *shape_args, "--json", "--search", "pattern",
                "--time-budget", str(args.tune_budget)]
         j, wall, err = deuteron_json(cmd, args.tune_budget * 3 + 120, env)
         if j is None:
@@ -145,8 +145,8 @@ def validate_kernel(args, kernel, env):
                 continue
             else:
                 repeat = max(1, min(args.repeat, int(1000 / r["round_ms"][0])))
-            cmd = [args.deuteron, "run", kernel, *shape_args, "--config", json.dumps(r["config"]), "--json",
-                   "--repeat", str(repeat)]
+            cmd = [*args.timed_prefix, args.deuteron, "run", kernel, *shape_args, "--config", json.dumps(r["config"]),
+                   "--json", "--repeat", str(repeat)]
             j, _, err = deuteron_json(cmd, args.run_timeout, env)
             if j is None:
                 r["error"] = err
@@ -215,7 +215,9 @@ def write_reports(out_dir: Path, result):
              f"- ranking: the model orders a kernel's configs right more often than not (concordance > 0.5) for "
              f"{t['kernels_ranked_right']} of {t['kernels_ranked']} kernels; median Spearman {fmt(t['median_spearman'])}",
              f"- other processes' load while timing: median {fmt(t['median_load'], '.2f')} cores, "
-             f"max {fmt(t['max_load'], '.2f')} (of {os.cpu_count()})", "",
+             f"max {fmt(t['max_load'], '.2f')} (of {os.cpu_count()})"
+             + ("; timed at real-time priority (--realtime), so that load could not preempt the kernels"
+                if result["meta"].get("realtime") else ""), "",
              "## Per kernel", "",
              "| kernel | shape | configs | median ratio | Spearman | concordance | other load | notes |",
              "|---|---|---|---|---|---|---|---|"]
@@ -246,6 +248,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tune", default="auto", choices=["auto", "never"],
                     help="auto: also validate the tuned config (cached, else a pattern search of --tune-budget s)")
     ap.add_argument("--tune-budget", type=float, default=30)
+    ap.add_argument("--realtime", action="store_true",
+                    help="time at real-time priority (chrt -f 1, needs root or CAP_SYS_NICE), so other processes on a "
+                    "shared machine cannot preempt the kernel's threads; the kernel still shares caches and memory")
     ap.add_argument("--deuteron", default=str(REPO / "build" / "deuteron"))
     ap.add_argument("--out", default=str(REPO / "results"))
     ap.add_argument("--rescore", metavar="JSON[,JSON...]", help="re-predict the rows of earlier model_validation.json "
@@ -256,8 +261,20 @@ def main(argv=None) -> int:
     shutil.copy2(args.deuteron, snap)
     args.deuteron = str(snap)
     measured_at = None
+    args.timed_prefix = []
+    if args.realtime:
+        args.timed_prefix = ["chrt", "-f", "1"]
+        if shutil.which("chrt") is None or subprocess.run([*args.timed_prefix, "true"]).returncode != 0:
+            ap.error("--realtime: `chrt -f 1` is not permitted here (it needs root or CAP_SYS_NICE); run without it")
 
     env = dict(os.environ)
+    roofline = None
+    if not args.rescore:
+        # The model's CPU figures come from the roofline: measure it now, as the kernels will be.
+        roofline, _, err = deuteron_json([*args.timed_prefix, args.deuteron, "roofline", "--remeasure", "--json"], 600, env)
+        if roofline is None:
+            log(f"deuteron roofline --remeasure failed ({err}); the model uses the cached figures")
+    args.roofline = roofline
     listed = json.loads(subprocess.run([args.deuteron, "list", "--json"], capture_output=True, text=True,
                                        check=True).stdout)
     kernels = [e["name"] for e in listed]
@@ -319,7 +336,8 @@ def write_all(args, argv, rows, summaries, measured_at):
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "cpu": platform.processor() or platform.machine(), "shapes": args.shapes,
             "command": "python3 bench/model_validation.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "deuteron": args.deuteron}
+            "deuteron": args.deuteron, "realtime": bool(getattr(args, "realtime", False)),
+            "roofline": getattr(args, "roofline", None)}
     if measured_at:
         meta["measured"] = f"times measured {measured_at} (rescored: predictions of this build)"
     try:

@@ -310,5 +310,38 @@ TEST(Model, StepOverheadBoundsTinyBlocks) {
   EXPECT_NEAR(m.overhead_seconds, 64.0 * 128 * 1e-6, 1e-9);
 }
 
+// A looped reduction (reduce_r0 below the row) runs its passes over the whole row in each grid
+// step. softmax's three passes (max, sum, out) move x once and out once, as the persistent form
+// does, while the rows fit fast memory, and recompute what each pass needs (the exponentials of
+// the sum, again for the output); when the rows do not fit, the later two passes read x again.
+TEST(Model, ALoopedReductionMovesItsWholeRowAndRereadsItOnlyWhenItDoesNotFit) {
+  std::vector<std::vector<int64_t>> shapes = {{64, 1000}};
+  model::Hardware hw = simple_hardware();
+  auto with = [&](int64_t reduce) {
+    return model::predict(lower("softmax", shapes, {{"block_rows", 4}, {"reduce_r0", reduce}, {"num_threads", 1}}), hw);
+  };
+  model::Prediction whole = with(1024), looped = with(256);
+  EXPECT_NEAR(looped.bytes, whole.bytes, whole.bytes * 0.03);  // the looped rows end in a whole block
+  EXPECT_GT(looped.flops, whole.flops);
+  hw.fast_memory_bytes = 1024;  // a 4 x 1024 f32 row block no longer fits
+  model::Prediction reread = with(256);
+  double x_bytes = 64.0 * 1024 * 4;  // rows padded to whole blocks of 256
+  EXPECT_NEAR(reread.bytes - looped.bytes, 2 * x_bytes, x_bytes * 0.01);
+}
+
+// Short rows cost a memory segment each: a block of 64 x 4 over a 64 x 1024 array is 64 runs,
+// one of 64 x 1024 is one.
+TEST(Model, EveryShortRowOfABlockPaysTheSegmentCost) {
+  model::Hardware hw = simple_hardware();
+  hw.segment_seconds = 1e-8;
+  auto time = [&](int64_t cols) {
+    return model::predict(lower("add", {{64, 1024}, {64, 1024}}, {{"block_t0", 64}, {"block_t1", cols}, {"num_threads", 1}}), hw)
+        .seconds;
+  };
+  double narrow = time(4), whole = time(1024);
+  // 256 blocks x 3 arrays x 64 rows against 3 arrays x 1 run.
+  EXPECT_NEAR(narrow - whole, (256.0 * 3 * 64 - 3) * hw.segment_seconds, 3 * 64 * hw.segment_seconds);
+}
+
 }  // namespace
 }  // namespace deuteron

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "ir/ops.h"
+#include "plan/reduce_loops.h"
 
 namespace deuteron::model {
 
@@ -66,6 +67,7 @@ struct Transfer {
   double seconds = 0;   // one block at the core's share of the bandwidth
   int lookahead = 1;    // blocks it may be fetched ahead (its buffers)
   int64_t period = 1;   // grid level: steps between two changes of its block
+  bool streams = false; // inner loop: fetched by the hardware's prefetch, which runs ahead of the loop
 };
 
 // An inner loop of the grid body, per trip.
@@ -200,9 +202,31 @@ class Model {
   std::vector<InnerRun> inner_;
   double own_seconds_ = 0;  // the grid body's own work per step
 
+  // Looped reductions (a whole dim reduced in blocks): the ops each pass over the dim's blocks
+  // runs.
+  struct ReducePass {
+    std::vector<int> ops;
+  };
+  std::vector<ReducePass> passes_;
+  std::set<int> in_pass_;  // ops that run inside a pass (block by block)
+  bool revisits_fit_ = true;  // the row blocks a step's passes revisit stay in fast memory
+
   double copy_seconds(const plan::BlockSpec& s) const {
     double share = hw_.memory_bytes_per_s / std::max(hw_.cores, 1);  // all cores copy at once
-    return share > 0 ? block_bytes(s) / share : 0;
+    double runs = segments(s) * step_bytes(s) / block_bytes(s);
+    return (share > 0 ? step_bytes(s) / share : 0) + runs * hw_.segment_seconds;
+  }
+
+  // Contiguous runs of memory in one block of `s`: its dims from the last inward that cover the
+  // whole tensor dim form one run with the first that does not.
+  double segments(const plan::BlockSpec& s) const {
+    const std::vector<int64_t>& shape = k_.tensors[size_t(s.tensor)].shape;
+    double runs = 1;
+    size_t d = s.block_shape.size();
+    while (d > 0 && s.block_shape[d - 1] >= shape[d - 1]) --d;
+    if (d > 0) --d;  // the first partial dim continues the run
+    for (size_t i = 0; i < d; ++i) runs *= double(std::max<int64_t>(s.block_shape[i], 1));
+    return runs;
   }
   double work_seconds(const Work& w) const {
     return seconds(hw_.matrix_flops, w.matrix) + seconds(hw_.vector_flops, w.vector) +
@@ -218,6 +242,7 @@ class Model {
 
   // What moves and computes per step, per transfer and per inner loop.
   void build(Schedule& out) {
+    find_passes();
     int grid = k_.grid_loop_id();
     int grid_lookahead = hw_.overlaps_copies ? 2 : 1;  // the grid pipeline double-buffers
     for (size_t i = 0; i < p_.operands.size(); ++i) {
@@ -229,7 +254,7 @@ class Model {
       if (resident) t.lookahead = std::clamp(inner_loop(s.loop).buffers, 1, 2);
       (s.store ? stores_ : inputs_).push_back(t);
     }
-    own_seconds_ = work_seconds(body_work(grid));
+    own_seconds_ = work_seconds(grid_work());
     for (const ir::Stmt& st : k_.grid_loop().body) {
       if (st.kind != ir::Stmt::Kind::Loop) continue;
       InnerRun r;
@@ -243,6 +268,7 @@ class Model {
         Transfer t{operand_of(out, s), copy_seconds(s), 1, 1};
         if (s.placement == plan::Placement::Staged) t.lookahead = std::max(s.buffers, 1);
         else t.lookahead = hw_.prefetches_in_place ? 2 : std::clamp(il.buffers, 1, 2);
+        t.streams = s.placement == plan::Placement::InPlace && hw_.prefetches_in_place;
         (s.store ? r.stores : r.copies).push_back(t);
       }
       inner_.push_back(r);
@@ -285,7 +311,7 @@ class Model {
       double start = lanes.work(K::Step, s, -1, -1, ready, hw_.step_seconds, false);
       for (size_t i = 0; i < inputs_.size(); ++i)
         if (inputs_[i].lookahead > 1) fetch(i, s + inputs_[i].lookahead - 1, start, s);
-      for (const InnerRun& r : inner_) run_inner(lanes, r, s);
+      for (const InnerRun& r : inner_) run_inner(lanes, r, s, hw_.trip_seconds);
       lanes.work(K::Compute, s, -1, -1, lanes.now(), own_seconds_, false);
       for (size_t i = 0; i < stores_.size(); ++i) {
         const Transfer& t = stores_[i];
@@ -298,9 +324,10 @@ class Model {
 
   // One run of an inner loop in grid step `s`: its copies start with the loop (the first trip
   // waits for them), then run as many trips ahead as their buffers allow.
-  static void run_inner(Lanes& lanes, const InnerRun& r, int64_t s) {
+  static void run_inner(Lanes& lanes, const InnerRun& r, int64_t s, double trip_seconds) {
     using K = Event::Kind;
     if (r.copies.empty() && r.stores.empty()) {  // resident or no memory: back-to-back trips
+      lanes.work(K::Step, s, 0, r.index, lanes.now(), double(r.trips) * trip_seconds, false, r.trips);
       lanes.work(K::Compute, s, 0, r.index, lanes.now(), double(r.trips) * r.seconds, false, r.trips);
       return;
     }
@@ -313,14 +340,17 @@ class Model {
     double begin = lanes.now();
     int most = 1;
     for (const Transfer& t : r.copies) most = std::max(most, t.lookahead);
+    // A prefetched stream does not wait for the loop: its first blocks come as soon as the
+    // memory lane is free (no bubble unless memory is behind).
     for (int64_t j = 0; j + 1 < most; ++j)
       for (size_t c = 0; c < r.copies.size(); ++c)
-        if (j + 1 < r.copies[c].lookahead) fetch(c, j, begin);
+        if (j + 1 < r.copies[c].lookahead) fetch(c, j, r.copies[c].streams ? 0.0 : begin);
     for (int64_t j = 0; j < r.trips; ++j) {
       for (size_t c = 0; c < r.copies.size(); ++c)
         if (r.copies[c].lookahead == 1) fetch(c, j, lanes.now());
       double ready = 0;
       for (size_t c = 0; c < r.copies.size(); ++c) ready = std::max(ready, arrived[c][j]);
+      lanes.work(K::Step, s, j, r.index, lanes.now(), trip_seconds, false);
       double start = lanes.work(K::Compute, s, j, r.index, ready, r.seconds, j == 0);
       for (size_t c = 0; c < r.copies.size(); ++c)
         if (r.copies[c].lookahead > 1) fetch(c, j + r.copies[c].lookahead - 1, start);
@@ -331,7 +361,7 @@ class Model {
   // The whole kernel's work and traffic, what bounds it and its share of the peak.
   void totals(Prediction& out) const {
     double grid = double(p_.grid_size());
-    Work step = body_work(k_.grid_loop_id());
+    Work step = grid_work();
     for (const ir::Stmt& s : k_.grid_loop().body) {
       if (s.kind != ir::Stmt::Kind::Loop) continue;
       step.add(body_work(s.id), trips_of(s.id));
@@ -386,6 +416,21 @@ class Model {
     return std::ceil(inner / hw_.vector_lanes) * hw_.vector_lanes / inner;
   }
 
+  // A block product's result elements, its last two dims padded to the matrix unit's tile.
+  double matrix_tiles(ir::ValueId v) const {
+    const std::vector<int>& dims = k_.value(v).dims;
+    auto extent = [&](int d) { return d == ir::kOne ? 1.0 : double(p_.storage_extent(d)); };
+    auto padded = [](double n, int tile) { return tile > 1 ? std::ceil(n / tile) * tile : n; };
+    double n = 1;
+    for (size_t i = 0; i < dims.size(); ++i) {
+      double e = extent(dims[i]);
+      if (i + 1 == dims.size()) e = padded(e, hw_.matrix_tile_cols);
+      else if (i + 2 == dims.size()) e = padded(e, hw_.matrix_tile_rows);
+      n *= e;
+    }
+    return n;
+  }
+
   // Grid steps between two changes of the block of `s`: 1 when it changes every step, n when
   // the fastest grid axis its index follows changes every n steps, the grid when it never does.
   int64_t period(const plan::BlockSpec& s) const {
@@ -417,7 +462,62 @@ class Model {
 
   double grid_bytes() const {
     return bytes_of(k_.grid_loop_id(), [](const plan::BlockSpec&) { return true; },
-                    [this](const plan::BlockSpec& s) { return refetch_fraction(s); });
+                    [this](const plan::BlockSpec& s) { return refetch_fraction(s) * step_bytes(s) / block_bytes(s); });
+  }
+
+  // The passes of looped reductions and the ops they run block by block, as the generators
+  // write them (plan::walk_reduce_loop): a value a pass needs over the dim is recomputed in it.
+  void find_passes() {
+    plan::ReduceLoops rls = plan::find_reduce_loops(p_);
+    std::set<ir::ValueId> emitted;
+    double revisited = 0;
+    for (const plan::ReduceLoop& rl : rls.loops) {
+      ReducePass pass;
+      plan::walk_reduce_loop(p_, rl, false, emitted, [](const ir::Op&) {}, [&](const ir::Op& op, bool inside) {
+        if (!inside) return;
+        int id = int(&op - k_.ops.data());
+        pass.ops.push_back(id);
+        in_pass_.insert(id);
+      });
+      passes_.push_back(std::move(pass));
+    }
+    for (size_t i = 0; i < p_.operands.size(); ++i)
+      if (p_.operands[i].first == int(i) && looped_blocks(p_.operands[i]) > 1) revisited += step_bytes_once(p_.operands[i]);
+    revisits_fit_ = hw_.fast_memory_bytes <= 0 || revisited <= hw_.fast_memory_bytes;
+  }
+
+  // Blocks of a looped reduction's dim that one grid step's access covers (1 when none).
+  int64_t looped_blocks(const plan::BlockSpec& s) const {
+    int64_t n = 1;
+    for (const plan::IndexTerm& t : s.index_map)
+      if (t.kind == plan::IndexTerm::Kind::Looped) {
+        int64_t extent = k_.axis(t.axis).extent, block = std::max<int64_t>(p_.block[size_t(t.axis)], 1);
+        n *= (extent + block - 1) / block;
+      }
+    return n;
+  }
+  // A grid-level access over a looped dim moves its whole row of blocks per step.
+  double step_bytes_once(const plan::BlockSpec& s) const { return block_bytes(s) * double(looped_blocks(s)); }
+  // ... once, or once per pass that reads it when the revisited rows do not stay in fast memory.
+  double step_bytes(const plan::BlockSpec& s) const {
+    double bytes = step_bytes_once(s);
+    if (revisits_fit_ || s.store || looped_blocks(s) == 1) return bytes;
+    int readers = 0;
+    for (const ReducePass& pass : passes_)
+      readers += std::any_of(pass.ops.begin(), pass.ops.end(), [&](int o) {
+        const plan::BlockSpec* t = p_.spec_for_op(o);
+        return t && t->first == s.first;
+      });
+    return bytes * std::max(readers, 1);
+  }
+
+  // One grid step's own work: its body, and each looped reduction's pass over the whole dim
+  // (a value over the dim counts its whole extent, Plan::block_elements).
+  Work grid_work() const {
+    Work w = body_work(k_.grid_loop_id());
+    for (const ReducePass& pass : passes_)
+      for (int o : pass.ops) add_op_work(w, k_.op(o));
+    return w;
   }
 
   // A resident operand: its loop's whole extent, fetched when its outer block changes.
@@ -426,41 +526,47 @@ class Model {
                     [this](const plan::BlockSpec& s) { return refetch_fraction(s); });
   }
 
-  // One pass over a loop's own statements (not its nested loops).
+  // One pass over a loop's own statements (not its nested loops, nor the grid loop's looped
+  // reduction passes: grid_work adds those).
   Work body_work(int loop) const {
     Work w;
+    bool grid_level = loop == k_.grid_loop_id();
     for (const ir::Stmt& st : k_.loop(loop).body) {
-      if (st.kind != ir::Stmt::Kind::Op) continue;
+      if (st.kind != ir::Stmt::Kind::Op || (grid_level && in_pass_.count(st.id))) continue;
       const ir::Op& op = k_.op(st.id);
       if (op.kind == ir::OpKind::Load || op.kind == ir::OpKind::Store) {
         const plan::BlockSpec* s = p_.spec_for_op(st.id);
-        bool grid_level = loop == k_.grid_loop_id();
         if (s && !grid_level && s->placement != plan::Placement::Resident && s->first == int(s - p_.operands.data()))
           w.bytes += block_bytes(*s);
         continue;
       }
-      if (op.result < 0 || !p_.computed[size_t(op.result)]) continue;
-      double elements = double(p_.block_elements(op.result)) * lane_padding(op.result);
-      switch (op.kind) {
-        case ir::OpKind::Dot: {
-          int contracted = k_.value(op.inputs[0]).dims.back();
-          double kdim = contracted == ir::kOne ? 1 : double(p_.storage_extent(contracted));
-          w.matrix += 2 * elements * kdim;
-          break;
-        }
-        case ir::OpKind::Unary:
-          (transcendental(op.unary) ? w.transcendental : w.vector) += elements;
-          break;
-        case ir::OpKind::Reduce:
-          w.vector += double(p_.block_elements(op.inputs[0])) * lane_padding(op.inputs[0]);
-          break;
-        case ir::OpKind::Binary:
-        case ir::OpKind::Where:
-        case ir::OpKind::Cast: w.vector += elements; break;
-        default: break;  // views, constants, indices: free
-      }
+      add_op_work(w, op);
     }
     return w;
+  }
+
+  // The matrix, vector and transcendental work of one computed op on its block.
+  void add_op_work(Work& w, const ir::Op& op) const {
+    if (op.result < 0 || !p_.computed[size_t(op.result)]) return;
+    double elements = double(p_.block_elements(op.result)) * lane_padding(op.result);
+    switch (op.kind) {
+      case ir::OpKind::Dot: {
+        int contracted = k_.value(op.inputs[0]).dims.back();
+        double kdim = contracted == ir::kOne ? 1 : double(p_.storage_extent(contracted));
+        w.matrix += 2 * matrix_tiles(op.result) * kdim;
+        break;
+      }
+      case ir::OpKind::Unary:
+        (transcendental(op.unary) ? w.transcendental : w.vector) += elements;
+        break;
+      case ir::OpKind::Reduce:
+        w.vector += double(p_.block_elements(op.inputs[0])) * lane_padding(op.inputs[0]);
+        break;
+      case ir::OpKind::Binary:
+      case ir::OpKind::Where:
+      case ir::OpKind::Cast: w.vector += elements; break;
+      default: break;  // loads, stores, views, constants, indices: free
+    }
   }
 };
 

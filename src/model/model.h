@@ -15,9 +15,12 @@
 //            step's compute is done;
 //   compute  2*M*N*K per block product on the matrix unit; one operation per element of every
 //            other computed value on the vector unit, transcendental functions at their own
-//            rate; a fixed cost per grid step; an inner loop's body once per trip. An inner
+//            rate; a fixed cost per grid step and per inner trip; an inner loop's body once per trip. An inner
 //            loop (emit_pipeline, fori_loop) starts its copies when its outer step starts, so
 //            its first trip waits for its first block: the bubble.
+// A looped reduction (a whole dim reduced in blocks) runs each of its passes over the dim's blocks
+// within the step; a grid-level access over that dim moves the whole row of blocks per step,
+// and later passes read it again from fast memory where it fits (Hardware::fast_memory_bytes).
 // Without overlap (Hardware::overlaps_copies false) the two lanes run one after the other.
 // The first grid steps are simulated event by event; for a big grid the time per step of the
 // steady state (over whole periods of the slowest-changing operand) is extrapolated, so a
@@ -40,6 +43,12 @@ struct Hardware {
   double transcendental_rate = 0;   // exp, log, tanh, ... per second
   double memory_bytes_per_s = 0;    // HBM or DRAM, all cores together
   double step_seconds = 0;          // fixed cost of one grid step
+  double trip_seconds = 0;          // fixed cost of one trip of an inner loop
+  // Memory cost of each contiguous run of a block besides its bytes (a CPU's TLB miss and
+  // stream start for every short row of a block; 0: none).
+  double segment_seconds = 0;
+  // A block product computes whole tiles of this many result rows and columns (1: any size).
+  int matrix_tile_rows = 1, matrix_tile_cols = 1;
   bool overlaps_copies = true;      // copies of the next block run under this one's compute
   // Elements one vector operation works on: a block's last dim is padded to whole vectors
   // (1: no padding).
@@ -47,6 +56,10 @@ struct Hardware {
   // Memory moves whole lines of this many bytes: each row of a block (its last dim) is rounded
   // up to whole lines (0: any size).
   int line_bytes = 0;
+  // Fast memory per core (a CPU's L2): the rows a looped reduction's passes read again stay
+  // there when they fit, else every pass reads them from memory (0: they always stay, as in a
+  // target whose plan holds them in fast memory).
+  double fast_memory_bytes = 0;
   // In-place blocks of an inner loop stream ahead by themselves (a CPU's hardware prefetch),
   // rather than with the loop's buffer count (a TPU's fori_loop copies them by hand).
   bool prefetches_in_place = false;

@@ -138,12 +138,25 @@ std::optional<model::Hardware> CpuBackend::model_hardware(const plan::Plan& p) c
     footprint += bytes;
   }
   bool in_cache = footprint <= double(info.l3_bytes + info.l2_bytes * info.cores);
-  hw.memory_bytes_per_s = in_cache ? hw.cores * 8 * r.copy_gbps_1core * 1e9 : r.copy_gbps * 1e9;
+  // From DRAM, fewer threads than cores get their cores' share (one core cannot draw the
+  // whole bandwidth).
+  double dram = hw.cores >= info.cores ? r.copy_gbps : std::min(r.copy_gbps, hw.cores * r.copy_gbps_1core);
+  hw.memory_bytes_per_s = in_cache ? hw.cores * 8 * r.copy_gbps_1core * 1e9 : dram * 1e9;
   // A grid step of the generated loop: its bounds and pointers (measured: add [130, 1000] in
   // blocks of 32 x 2, 2500 steps in 37 us all told).
+  // Each row of a block that is not the whole row of its tensor starts a new stream: a TLB
+  // miss and a prefetcher restart (measured: add [4096, 4096] in blocks of 1024 x 8, 6.3 M such
+  // rows, 18 ms over its time in blocks of 32 x 512 on two cores). Cached tensors pay little.
+  hw.segment_seconds = in_cache ? 0.4e-9 : 3e-9;
   hw.step_seconds = 0.015e-6;
+  hw.trip_seconds = 0.015e-6;
+  // Block products run deuteron_gemm.h's micro-kernel: NR = 4 vectors of columns (2 without
+  // AVX-512), rows in pairs at the edges.
+  hw.matrix_tile_rows = 2;
+  hw.matrix_tile_cols = info.simd_bytes >= 64 ? 4 * info.simd_bytes / 4 : 2 * info.simd_bytes / 4;
   hw.overlaps_copies = true;  // hardware prefetch streams the next lines while this block computes
   hw.prefetches_in_place = true;  // ... also for the blocks an inner loop reads in place
+  hw.fast_memory_bytes = double(info.l2_bytes);  // a looped reduction's rows, read again by its next pass
   hw.vector_lanes = info.simd_bytes / 4;  // f32 lanes: bf16 storage is computed in f32
   hw.line_bytes = 64;
   return hw;
