@@ -727,6 +727,10 @@ class Generator {
       emit_dot(*p_.gemm_for_op(g.ops[0]));
       return;
     }
+    if (g.ops.size() == 1 && k_.ops[size_t(g.ops[0])].kind == OpKind::Scan) {
+      emit_scan(k_.ops[size_t(g.ops[0])], g.domain);
+      return;
+    }
     scalars_.clear();
     const std::vector<int>& dom = g.domain;
     int inner = dom.empty() ? -2 : dom.back();
@@ -823,6 +827,54 @@ class Generator {
     --indent_;
     line("}");
     scalars_.clear();
+  }
+
+  // A scan: the other dims' loops outside, then one sequential loop along the scanned dim
+  // carrying the running value through the combine function's ops (inlined). It is not
+  // vectorised along the scanned dim (each element needs the one before); the compiler may
+  // vectorise nothing here, so a scan costs about one combine per element and cycle.
+  void emit_scan(const ir::Op& op, const std::vector<int>& domain) {
+    scalars_.clear();
+    const ir::Combine& c = k_.combines[size_t(op.combine)];
+    const ir::Value& r = k_.value(op.result);
+    int sa = k_.value(op.inputs[0]).dims[size_t(op.dim)];
+    const std::string& n = axis(sa);
+    std::vector<int> outer;
+    for (int a : domain)
+      if (a != sa) outer.push_back(a);
+    line(fmt::format("// {}: {} along {}{} (sequential)", at(op.loc), scan_name(c), n, op.reverse ? ", reversed" : ""));
+    line("{");
+    ++indent_;
+    open_nest(outer, "", [](size_t) {});
+    line(fmt::format("{} acc{}{{}};", ctype(r.dtype), op.result));
+    if (op.reverse) line(fmt::format("for (int64_t i_{0} = n_{0} - 1; i_{0} >= 0; --i_{0}) {{", n));
+    else line(fmt::format("for (int64_t i_{0} = 0; i_{0} < n_{0}; ++i_{0}) {{", n));
+    ++indent_;
+    std::string acc = fmt::format("acc{}", op.result);
+    std::string x = convert(value(op.inputs[0]), k_.value(op.inputs[0]).dtype, r.dtype);
+    line(fmt::format("if (i_{} == {}) {{", n, op.reverse ? fmt::format("n_{} - 1", n) : "0"));
+    line(fmt::format("  {} = {};", acc, x));
+    line("} else {");
+    ++indent_;
+    scalars_[c.a] = acc;
+    scalars_[c.b] = x;
+    for (int o : c.ops) compute(k_.ops[size_t(o)]);
+    line(fmt::format("{} = {};", acc, value(c.result)));
+    --indent_;
+    line("}");
+    line(fmt::format("m{}[{}] = {};", storage_value(op.result), storage_index(op.result), acc));
+    --indent_;
+    line("}");
+    close_nest(outer, [](size_t) {});
+    --indent_;
+    line("}");
+    scalars_.clear();
+  }
+
+  // What a scan computes, for comments: "cumsum", "cumprod", "associative_scan".
+  std::string scan_name(const ir::Combine& c) const {
+    auto fn = ir::combine_binary(k_, c);
+    return fn == ir::BinaryFn::Add ? "cumsum" : fn == ir::BinaryFn::Mul ? "cumprod" : "associative_scan";
   }
 
   // Copies `from` (an expression per element) into the fast-memory array of `to`.
@@ -1146,7 +1198,9 @@ class Generator {
   bool subtile_eligible(const plan::Group& g) const {
     if (std::find(g.domain.begin(), g.domain.end(), p_.epilogue_axis) == g.domain.end()) return false;
     for (int o : g.ops)
-      if (k_.ops[size_t(o)].kind == OpKind::Reduce || k_.ops[size_t(o)].kind == OpKind::Dot) return false;
+      if (k_.ops[size_t(o)].kind == OpKind::Reduce || k_.ops[size_t(o)].kind == OpKind::Dot ||
+          k_.ops[size_t(o)].kind == OpKind::Scan)
+        return false;
     return true;
   }
 
