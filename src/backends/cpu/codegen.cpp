@@ -846,7 +846,10 @@ class Generator {
     line("{");
     ++indent_;
     open_nest(outer, "", [](size_t) {});
-    line(fmt::format("{} acc{}{{}};", ctype(r.dtype), op.result));
+    // A float cumsum accumulates in double, as torch's CPU cumsum does: each output is the
+    // exact prefix sum rounded once, not N roundings in f32.
+    bool wide = ir::combine_binary(k_, c) == ir::BinaryFn::Add && r.dtype == DType::f32;
+    line(fmt::format("{} acc{}{{}};", wide ? "double" : ctype(r.dtype), op.result));
     if (op.reverse) line(fmt::format("for (int64_t i_{0} = n_{0} - 1; i_{0} >= 0; --i_{0}) {{", n));
     else line(fmt::format("for (int64_t i_{0} = 0; i_{0} < n_{0}; ++i_{0}) {{", n));
     ++indent_;
@@ -856,13 +859,17 @@ class Generator {
     line(fmt::format("  {} = {};", acc, x));
     line("} else {");
     ++indent_;
-    scalars_[c.a] = acc;
-    scalars_[c.b] = x;
-    for (int o : c.ops) compute(k_.ops[size_t(o)]);
-    line(fmt::format("{} = {};", acc, value(c.result)));
+    if (wide) {
+      line(fmt::format("{0} = {0} + double({1});", acc, x));
+    } else {
+      scalars_[c.a] = acc;
+      scalars_[c.b] = x;
+      for (int o : c.ops) compute(k_.ops[size_t(o)]);
+      line(fmt::format("{} = {};", acc, value(c.result)));
+    }
     --indent_;
     line("}");
-    line(fmt::format("m{}[{}] = {};", storage_value(op.result), storage_index(op.result), acc));
+    line(fmt::format("m{}[{}] = {};", storage_value(op.result), storage_index(op.result), wide ? fmt::format("float({})", acc) : acc));
     --indent_;
     line("}");
     close_nest(outer, [](size_t) {});

@@ -1120,6 +1120,8 @@ class Generator {
     std::string out;
     for (size_t i = 0; i < k_.combines.size(); ++i) {
       const ir::Combine& c = k_.combines[i];
+      auto fn = ir::combine_binary(k_, c);
+      if (fn == ir::BinaryFn::Add || fn == ir::BinaryFn::Mul) continue;  // spelled as cumsum, cumprod
       std::vector<std::string> lines;
       for (int o : c.ops) statement(k_.ops[size_t(o)], lines);
       out += fmt::format("\ndef _combine{}({}, {}):\n", i, var(c.a), var(c.b));

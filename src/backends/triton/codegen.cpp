@@ -968,6 +968,8 @@ class Generator {
     std::string out;
     for (size_t i = 0; i < k_.combines.size(); ++i) {
       const ir::Combine& c = k_.combines[i];
+      auto fn = ir::combine_binary(k_, c);
+      if (fn == ir::BinaryFn::Add || fn == ir::BinaryFn::Mul) continue;  // spelled as cumsum, cumprod
       Lines lines;
       for (int o : c.ops) statement(k_.ops[size_t(o)], lines);
       out += "@triton.jit\n";
