@@ -139,6 +139,7 @@ std::string bound_text(const Bound& b) {
   return b.value >= 0 ? fmt::format("%{}", b.value) : fmt::format("{}", b.constant);
 }
 
+// One op as the IR text prints it, without its source line.
 std::string op_text(const Kernel& k, const Op& op);
 
 void print_body(const Kernel& k, const std::vector<Stmt>& body, int indent, bool locations, std::string& out) {
@@ -171,44 +172,42 @@ void print_body(const Kernel& k, const std::vector<Stmt>& body, int indent, bool
 }
 
 std::string op_text(const Kernel& k, const Op& op) {
-  {
-    std::string lhs = op.result >= 0 ? fmt::format("%{}: {} = ", op.result, value_type(k, op.result)) : "";
-    std::vector<std::string> in;
-    for (ValueId v : op.inputs) in.push_back(fmt::format("%{}", v));
-    std::string rhs;
-    switch (op.kind) {
-      case OpKind::Load:
-        rhs = fmt::format("load {}[{}]", k.tensors[size_t(op.tensor)].name,
-                          index_text(k, k.tensors[size_t(op.tensor)], op.index));
-        break;
-      case OpKind::Store:
-        rhs = fmt::format("{} {}[{}]{} %{}", op.atomic_add ? "atomic_add" : "store", k.tensors[size_t(op.tensor)].name,
-                          index_text(k, k.tensors[size_t(op.tensor)], op.index), op.atomic_add ? "," : " =", op.inputs.back());
-        break;
-      case OpKind::Full: rhs = fmt::format("full {}", constant_text(op.number, k.value(op.result).dtype)); break;
-      case OpKind::ScalarArg: rhs = fmt::format("scalar {}", k.scalars[size_t(op.scalar)].name); break;
-      case OpKind::TileIndex:
-      case OpKind::TileBegin:
-      case OpKind::TileEnd:
-      case OpKind::TileSize:
-        rhs = fmt::format("{} {}", name(op.kind), k.axes[size_t(op.axis)].name);
-        break;
-      case OpKind::Unary: rhs = fmt::format("{} {}", name(op.unary), fmt::join(in, ", ")); break;
-      case OpKind::Binary: rhs = fmt::format("{} {}", name(op.binary), fmt::join(in, ", ")); break;
-      case OpKind::Reduce:
-        rhs = fmt::format("{} {}, dim={}{}", name(op.reduce), fmt::join(in, ", "), op.dim,
-                          op.keepdim ? ", keepdim" : "");
-        break;
-      case OpKind::Scan: {
-        const Combine& c = k.combines[size_t(op.combine)];
-        rhs = fmt::format("scan {}, dim={}{}, combine(%{}, %{})", fmt::join(in, ", "), op.dim, op.reverse ? ", reverse" : "",
-                          c.a, c.b);
-        break;
-      }
-      default: rhs = fmt::format("{} {}", name(op.kind), fmt::join(in, ", ")); break;
+  std::string lhs = op.result >= 0 ? fmt::format("%{}: {} = ", op.result, value_type(k, op.result)) : "";
+  std::vector<std::string> in;
+  for (ValueId v : op.inputs) in.push_back(fmt::format("%{}", v));
+  std::string rhs;
+  switch (op.kind) {
+    case OpKind::Load:
+      rhs = fmt::format("load {}[{}]", k.tensors[size_t(op.tensor)].name,
+                        index_text(k, k.tensors[size_t(op.tensor)], op.index));
+      break;
+    case OpKind::Store:
+      rhs = fmt::format("{} {}[{}]{} %{}", op.atomic_add ? "atomic_add" : "store", k.tensors[size_t(op.tensor)].name,
+                        index_text(k, k.tensors[size_t(op.tensor)], op.index), op.atomic_add ? "," : " =", op.inputs.back());
+      break;
+    case OpKind::Full: rhs = fmt::format("full {}", constant_text(op.number, k.value(op.result).dtype)); break;
+    case OpKind::ScalarArg: rhs = fmt::format("scalar {}", k.scalars[size_t(op.scalar)].name); break;
+    case OpKind::TileIndex:
+    case OpKind::TileBegin:
+    case OpKind::TileEnd:
+    case OpKind::TileSize:
+      rhs = fmt::format("{} {}", name(op.kind), k.axes[size_t(op.axis)].name);
+      break;
+    case OpKind::Unary: rhs = fmt::format("{} {}", name(op.unary), fmt::join(in, ", ")); break;
+    case OpKind::Binary: rhs = fmt::format("{} {}", name(op.binary), fmt::join(in, ", ")); break;
+    case OpKind::Reduce:
+      rhs = fmt::format("{} {}, dim={}{}", name(op.reduce), fmt::join(in, ", "), op.dim,
+                        op.keepdim ? ", keepdim" : "");
+      break;
+    case OpKind::Scan: {
+      const Combine& c = k.combines[size_t(op.combine)];
+      rhs = fmt::format("scan {}, dim={}{}, combine(%{}, %{})", fmt::join(in, ", "), op.dim, op.reverse ? ", reverse" : "",
+                        c.a, c.b);
+      break;
     }
-    return lhs + rhs;
+    default: rhs = fmt::format("{} {}", name(op.kind), fmt::join(in, ", ")); break;
   }
+  return lhs + rhs;
 }
 
 }  // namespace
@@ -400,6 +399,11 @@ std::optional<BinaryFn> combine_binary(const Kernel& k, const Combine& c) {
   const Op& op = k.op(c.ops[0]);
   if (op.kind != OpKind::Binary || op.result != c.result || op.inputs != std::vector<ValueId>{c.a, c.b}) return std::nullopt;
   return op.binary;
+}
+
+const char* scan_name(const Kernel& k, const Combine& c) {
+  auto fn = combine_binary(k, c);
+  return fn == BinaryFn::Add ? "cumsum" : fn == BinaryFn::Mul ? "cumprod" : "associative_scan";
 }
 
 }  // namespace deuteron::ir

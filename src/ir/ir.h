@@ -251,6 +251,8 @@ std::string fingerprint(const Kernel& k);
 // A scan's combine when it is one binary function of (a, b) in that order (a + b: cumsum,
 // a * b: cumprod), which targets may spell with their own scan; nullopt otherwise.
 std::optional<BinaryFn> combine_binary(const Kernel& k, const Combine& c);
+// What a scan computes, for generated code's comments: "cumsum", "cumprod", "associative_scan".
+const char* scan_name(const Kernel& k, const Combine& c);
 
 // Checks the IR's invariants (ids in range, values defined before use, dims naming real axes,
 // loop nesting); throws std::logic_error naming the broken one. A failure is a compiler bug.

@@ -1,6 +1,6 @@
 // Step 4: fusion groups. Consecutive ops over the same block dims run as one loop nest; a dot
-// or a scan is a group of its own, and an op that reads a reduction made in the current group starts a
-// new one.
+// or a scan is a group of its own, and an op that reads a reduction made in the current group
+// starts a new one.
 #include <algorithm>
 
 #include "plan/steps.h"

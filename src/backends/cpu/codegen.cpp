@@ -842,7 +842,7 @@ class Generator {
     std::vector<int> outer;
     for (int a : domain)
       if (a != sa) outer.push_back(a);
-    line(fmt::format("// {}: {} along {}{} (sequential)", at(op.loc), scan_name(c), n, op.reverse ? ", reversed" : ""));
+    line(fmt::format("// {}: {} along {}{} (sequential)", at(op.loc), ir::scan_name(k_, c), n, op.reverse ? ", reversed" : ""));
     line("{");
     ++indent_;
     open_nest(outer, "", [](size_t) {});
@@ -876,12 +876,6 @@ class Generator {
     --indent_;
     line("}");
     scalars_.clear();
-  }
-
-  // What a scan computes, for comments: "cumsum", "cumprod", "associative_scan".
-  std::string scan_name(const ir::Combine& c) const {
-    auto fn = ir::combine_binary(k_, c);
-    return fn == ir::BinaryFn::Add ? "cumsum" : fn == ir::BinaryFn::Mul ? "cumprod" : "associative_scan";
   }
 
   // Copies `from` (an expression per element) into the fast-memory array of `to`.

@@ -1957,12 +1957,13 @@ class Generator {
         std::string x = convert(in(0), in_dtype(0), r.dtype);
         auto fn = ir::combine_binary(k_, k_.combines[size_t(op.combine)]);
         std::string rev = op.reverse ? ", reverse=True" : "";
-        const char* kind = fn == ir::BinaryFn::Add ? "cumsum" : fn == ir::BinaryFn::Mul ? "cumprod" : "associative_scan";
+        const char* kind = ir::scan_name(k_, k_.combines[size_t(op.combine)]);
         if (fn == ir::BinaryFn::Add || fn == ir::BinaryFn::Mul)
           e = fmt::format("jax.lax.{}({}, axis={}{})", kind, x, op.dim, rev);
         else
           e = fmt::format("jax.lax.associative_scan(_combine{}, {}, axis={}{})", op.combine, x, op.dim, rev);
-        what = fmt::format("{} along {}{}", kind, ir::dim_name(k_, in_dims(0)[size_t(op.dim)]), op.reverse ? ", reversed" : "");
+        what = fmt::format("{} along {}{}", kind, ir::dim_name(k_, in_dims(0)[size_t(op.dim)]),
+                           op.reverse ? ", reversed" : "");
         break;
       }
       case OpKind::Store: break;

@@ -1003,7 +1003,8 @@ class Generator {
     if (!m.empty()) m = align(m, {axis}, xv.dims, true, op);
     if (fn == ir::BinaryFn::Add || fn == ir::BinaryFn::Mul) {
       bool sum = fn == ir::BinaryFn::Add;
-      if (!m.empty()) x = fmt::format("tl.where({}, {}, {})", m, x, kernel_type(r.dtype) == DType::f32 ? (sum ? "0.0" : "1.0") : (sum ? "0" : "1"));
+      const char* identity = kernel_type(r.dtype) == DType::f32 ? (sum ? "0.0" : "1.0") : (sum ? "0" : "1");
+      if (!m.empty()) x = fmt::format("tl.where({}, {}, {})", m, x, identity);
       return fmt::format("tl.{}({}, axis={}{})", sum ? "cumsum" : "cumprod", x, op.dim, rev);
     }
     if (m.empty()) return fmt::format("tl.associative_scan({}, {}, _combine{}{})", x, op.dim, op.combine, rev);
@@ -1132,8 +1133,7 @@ class Generator {
       case OpKind::Scan: {
         e = scan(op, lines);
         if (e.empty()) return;  // written with its own line
-        auto fn = ir::combine_binary(k_, k_.combines[size_t(op.combine)]);
-        what = fmt::format("{} along {}{}", fn == ir::BinaryFn::Add ? "cumsum" : fn == ir::BinaryFn::Mul ? "cumprod" : "associative_scan",
+        what = fmt::format("{} along {}{}", ir::scan_name(k_, k_.combines[size_t(op.combine)]),
                            ir::dim_name(k_, k_.value(op.inputs[0]).dims[size_t(op.dim)]), op.reverse ? ", reversed" : "");
         break;
       }
