@@ -95,6 +95,15 @@ for _name in ("softmax", "softmax_decomposed", "softmax_two_pass", "batch_softma
         jax=lambda x: (_jax().nn.softmax(x, axis=-1),),
     ))
 
+# ---- cumsum (examples/cumsum.cpp) -----------------------------------------------------------
+
+_register(Spec(
+    name="cumsum",
+    inputs=lambda s: [rand(s, "float32", SEED, 0.0, 1.0)],
+    torch=lambda x: (_t().cumsum(x, dim=-1),),
+    jax=lambda x: (_jnp().cumsum(x, axis=-1),),
+))
+
 # ---- layer norm, welford (examples/layer_norm.cpp, welford.cpp) ---------------------------
 
 

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <source_location>
@@ -145,6 +146,9 @@ class Tensor {
   Tensor mean(int dim, bool keepdim = false, Loc loc = Loc::current()) const;
   Tensor amax(int dim, bool keepdim = false, Loc loc = Loc::current()) const;
   Tensor amin(int dim, bool keepdim = false, Loc loc = Loc::current()) const;
+  // Scans along a block dim (hl::cumsum, hl::cumprod).
+  Tensor cumsum(int dim, Loc loc = Loc::current()) const;
+  Tensor cumprod(int dim, Loc loc = Loc::current()) const;
 
   // Views.
   Tensor reshape(std::vector<Size> shape, Loc loc = Loc::current()) const;
@@ -284,6 +288,27 @@ std::pair<Tensor, Tensor> var_mean(const Tensor& x, int dim, bool keepdim = fals
                                    Loc loc = Loc::current());
 Tensor amax(const Tensor& x, int dim, bool keepdim = false, Loc loc = Loc::current());
 Tensor amin(const Tensor& x, int dim, bool keepdim = false, Loc loc = Loc::current());
+
+// Inclusive scans along block dim `dim`, as torch.cumsum: element i of the result combines
+// elements 0..i of `x` (with `reverse`, elements i..n-1, as torch.flip(cumsum(torch.flip(x)))).
+// The scanned dim must be whole in the block: a dim read with hl::all or a slice (persistent:
+// the config space keeps it in one block), hl::arange, or a size-one dim. A tile loop's dim
+// holds one block of the dim, so scanning along it is an error. NaN propagates.
+// hl::cumsum and hl::cumprod keep a float dtype and make integers and booleans int64, as torch.
+Tensor cumsum(const Tensor& x, int dim, bool reverse = false, Loc loc = Loc::current());
+Tensor cumprod(const Tensor& x, int dim, bool reverse = false, Loc loc = Loc::current());
+// Helion's hl.associative_scan: an inclusive scan with a user function. `combine(a, b)` is
+// traced once on two elements (a: the value accumulated so far, b: the next element; with
+// `reverse` the accumulation runs from the last element, as on the flipped dim) and may use
+// elementwise operations on them and numbers, nothing from outside it (no blocks, tensors,
+// loops). It returns the scanned dtype. It must be associative, combine(combine(a, b), c) ==
+// combine(a, combine(b, c)), for the targets that scan in a tree (pallas, triton) to agree
+// with the sequential scan (cpu); Deuteron cannot check that. Floating-point sums are
+// associative only up to rounding, so those targets may differ in the last bits.
+//   auto running_max = hl::associative_scan([](hl::Tensor a, hl::Tensor b) { return hl::maximum(a, b); }, x, 1);
+using CombineFn = std::function<Tensor(Tensor, Tensor)>;
+Tensor associative_scan(const CombineFn& combine, const Tensor& x, int dim, bool reverse = false,
+                        Loc loc = Loc::current());
 
 // Matrix products of blocks, accumulated and returned in f32 (torch.matmul semantics).
 //

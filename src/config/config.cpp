@@ -168,6 +168,22 @@ ConfigSpace ConfigSpace::derive(const ir::Kernel& k, const TargetLimits& limits)
     }
   }
 
+  // A whole dim a scan runs along stays whole: its running value does not cross blocks.
+  for (const ir::Op& op : k.ops) {
+    if (op.kind != ir::OpKind::Scan) continue;
+    int axis = k.value(op.inputs[0]).dims[size_t(op.dim)];
+    int p = axis == ir::kOne ? -1 : k.axes[size_t(axis)].block_param;
+    if (p < 0 || !k.block_params[size_t(p)].reduction || k.block_params[size_t(p)].fixed) continue;
+    const ir::BlockParam& bp = k.block_params[size_t(p)];
+    for (auto& t : s.tunables_)
+      if (t.name == bp.name) {
+        t.values = {Json(bp.max)};
+        t.help = fmt::format("the whole dim in one block: the scan at {} runs along it, and a scan's running value "
+                             "is not carried from one block to the next", format_location(op.loc));
+      }
+    d[bp.name] = bp.max;
+  }
+
   // Keep at least a few grid blocks per core so the parallel loop balances.
   auto blocks = [&] {
     int64_t n = 1;

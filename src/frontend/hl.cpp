@@ -152,6 +152,8 @@ Tensor Tensor::sum(int d, bool keepdim, Loc loc) const { return hl::sum(*this, d
 Tensor Tensor::mean(int d, bool keepdim, Loc loc) const { return hl::mean(*this, d, keepdim, loc); }
 Tensor Tensor::amax(int d, bool keepdim, Loc loc) const { return hl::amax(*this, d, keepdim, loc); }
 Tensor Tensor::amin(int d, bool keepdim, Loc loc) const { return hl::amin(*this, d, keepdim, loc); }
+Tensor Tensor::cumsum(int d, Loc loc) const { return hl::cumsum(*this, d, false, loc); }
+Tensor Tensor::cumprod(int d, Loc loc) const { return hl::cumprod(*this, d, false, loc); }
 
 namespace {
 std::vector<int> dims_of_value(Tracer& tr, const Tensor& t, const Loc& loc, const char* what) {
@@ -351,6 +353,27 @@ Tensor amax(const Tensor& x, int d, bool keepdim, Loc loc) {
 Tensor amin(const Tensor& x, int d, bool keepdim, Loc loc) {
   return red(ir::ReduceFn::Min, x, d, keepdim, loc);
 }
+Tensor associative_scan(const CombineFn& combine, const Tensor& x, int d, bool reverse, Loc loc) {
+  auto& tr = Tracer::current(loc);
+  if (!combine) tr.fail("hl::associative_scan without a combine function", loc, "pass a callable (a, b) -> value");
+  return wrap(tr, tr.scan(var_of(x, loc), d, reverse, combine, "hl::associative_scan", loc), loc);
+}
+namespace {
+// cumsum and cumprod: floats keep their dtype, integers and booleans accumulate in int64 (torch).
+Tensor accumulate(ir::BinaryFn fn, const char* what, const Tensor& x, int d, bool reverse, const Loc& loc) {
+  auto& tr = Tracer::current(loc);
+  Tensor in = is_floating(x.dtype()) || x.dtype() == DType::i64 ? x : x.to(DType::i64, loc);
+  CombineFn combine = [&](Tensor a, Tensor b) { return bin(fn, Operand(a, loc), Operand(b, loc)); };
+  return wrap(tr, tr.scan(var_of(in, loc), d, reverse, combine, what, loc), loc);
+}
+}  // namespace
+Tensor cumsum(const Tensor& x, int d, bool reverse, Loc loc) {
+  return accumulate(ir::BinaryFn::Add, "hl::cumsum", x, d, reverse, loc);
+}
+Tensor cumprod(const Tensor& x, int d, bool reverse, Loc loc) {
+  return accumulate(ir::BinaryFn::Mul, "hl::cumprod", x, d, reverse, loc);
+}
+
 namespace {
 // The number of elements a reduction over block dim `d` of `x` sees, as an f32 scalar: the
 // extent of a whole dim, or a tile's count of valid elements (its last block may be partial).

@@ -45,6 +45,7 @@ void Tracer::fail(const std::string& what, const std::source_location& loc,
 }
 
 std::vector<ir::Stmt>& Tracer::body() {
+  if (combine_body_) return *combine_body_;
   if (open_loops_.empty()) return k_.top;
   return k_.loops[size_t(open_loops_.back().loop)].body;
 }
@@ -632,6 +633,91 @@ ir::ValueId Tracer::reduce(ir::ReduceFn fn, const Var& x, int dim, bool keepdim,
   return emit(op, dt, dims, {&x});
 }
 
+ir::ValueId Tracer::scan(const Var& x, int dim, bool reverse, const hl::CombineFn& combine, const char* what,
+                         const std::source_location& loc) {
+  if (combine_body_) fail(fmt::format("{} inside a scan's combine function", what), loc,
+                          "a combine function works on two elements; scan outside it");
+  ir::ValueId v = use(x, loc, what);
+  const ir::Value xv = k_.value(v);
+  int rank = int(xv.dims.size());
+  if (rank == 0 || dim < -rank || dim >= rank)
+    fail(fmt::format("{} along dim {}: the block {} has {} dims", what, dim, shape_text(xv.dims), rank), loc,
+         rank == 0 ? "scan a block with dims, e.g. x[{tile, hl::all}]" : fmt::format("use a dim in [{}, {})", -rank, rank));
+  if (dim < 0) dim += rank;
+  int axis = xv.dims[size_t(dim)];
+  if (axis != ir::kOne && k_.axes[size_t(axis)].kind == ir::AxisKind::Tile) {
+    const ir::Axis& ax = k_.axes[size_t(axis)];
+    fail(fmt::format("{} along dim {} of {}: that dim is tile {}, which the loop at {} splits into blocks, and a scan "
+                     "needs the whole dim in one block",
+                     what, dim, shape_text(xv.dims), ax.name, format_location(k_.loops[size_t(ax.loop)].loc)),
+         loc, "read the dim whole and scan along it: tile the other dims and index this one with hl::all "
+              "(x[{tile, hl::all}])");
+  }
+  // The combine function, traced on two elements without dims.
+  ir::Combine c;
+  c.loc = loc;
+  for (ir::ValueId* param : {&c.a, &c.b}) {
+    ir::Value pv;
+    pv.dtype = xv.dtype;
+    k_.values.push_back(pv);
+    value_loop_.push_back(open_loops_.back().loop);
+    *param = int(k_.values.size()) - 1;
+  }
+  std::vector<ir::Stmt> stmts;
+  combine_body_ = &stmts;
+  hl::Tensor result;
+  try {
+    result = combine(hl::Tensor(new_device_var(c.a, loc)), hl::Tensor(new_device_var(c.b, loc)));
+  } catch (...) {
+    combine_body_ = nullptr;
+    throw;
+  }
+  combine_body_ = nullptr;
+  if (!result.var() || result.var()->host || result.var()->value < 0)
+    fail(fmt::format("the combine function of {} returned {}", what, !result.var() ? "an uninitialised hl::Tensor" : "no block value"),
+         loc, "return a value computed from its two arguments, e.g. hl::maximum(a, b)");
+  c.result = result.var()->value;
+  std::set<ir::ValueId> inside = {c.a, c.b};
+  for (const ir::Stmt& st : stmts) {
+    const ir::Op& op = k_.ops[size_t(st.id)];
+    bool elementwise = op.kind == ir::OpKind::Full || op.kind == ir::OpKind::Unary || op.kind == ir::OpKind::Binary ||
+                       op.kind == ir::OpKind::Where || op.kind == ir::OpKind::Cast;
+    if (!elementwise)
+      fail(fmt::format("the combine function of {} uses {}: a combine function computes elementwise on its two "
+                       "arguments and numbers only",
+                       what, op.kind == ir::OpKind::ScalarArg ? "a scalar argument of the kernel" : ir::name(op.kind)),
+           op.loc, "compute that outside the combine function and scan the result (or scan a tuple of values later)");
+    for (ir::ValueId in : op.inputs)
+      if (!inside.count(in))
+        fail(fmt::format("the combine function of {} uses a block value from outside it (%{})", what, in), op.loc,
+             "a combine function sees only its two arguments; combine blocks before the scan");
+    if (!k_.value(op.result).dims.empty())
+      fail(fmt::format("the combine function of {} makes a value of shape {}, not an element", what,
+                       shape_text(k_.value(op.result).dims)),
+           op.loc, "use numbers, not blocks (hl::full with dims), inside a combine function");
+    inside.insert(op.result);
+    c.ops.push_back(st.id);
+  }
+  if (!inside.count(c.result))
+    fail(fmt::format("the combine function of {} returns a value from outside it", what), loc,
+         "return a value computed from its two arguments, e.g. a + b");
+  DType rt = k_.value(c.result).dtype;
+  if (rt != xv.dtype)
+    fail(fmt::format("the combine function of {} returns {}, but the scan is over {} values", what, dtype_name(rt),
+                     dtype_name(xv.dtype)),
+         loc, fmt::format("convert its result with .to(DType::{}), or convert x before the scan", dtype_name(xv.dtype)));
+  if (axis == ir::kOne) return v;  // one element along the dim: the scan is x itself
+  k_.combines.push_back(c);
+  ir::Op op;
+  op.kind = ir::OpKind::Scan;
+  op.inputs = {v};
+  op.dim = dim;
+  op.reverse = reverse;
+  op.combine = int(k_.combines.size()) - 1;
+  op.loc = loc;
+  return emit(op, xv.dtype, xv.dims, {&x});
+}
+
 ir::ValueId Tracer::view(const Var& x, std::vector<int> dims, const std::source_location& loc) {
   ir::ValueId v = use(x, loc, "a view");
   ir::Op op;
@@ -774,6 +860,8 @@ std::pair<hl::Tiles, int> Tracer::open_loop(const std::vector<int64_t>& extents,
                                             hl::TileOptions opts, bool scalar,
                                             const std::source_location& loc) {
   if (!pending_error_.empty()) fail(pending_error_, pending_error_loc_);
+  if (combine_body_)
+    fail("a tile loop inside a scan's combine function", loc, "a combine function works on two elements; loop outside it");
   if (open_loops_.empty() && !k_.top.empty())
     fail(fmt::format("a kernel has one outermost tile loop (the launch grid, started once per call), and the one at {} "
                      "came first; this is a second one. Kernels run as one launch, so a pass that reads what an "

@@ -102,6 +102,9 @@ class Tracer {
   ir::ValueId cast(const Var& x, DType to, const std::source_location& loc);
   ir::ValueId reduce(ir::ReduceFn fn, const Var& x, int dim, bool keepdim,
                      const std::source_location& loc);
+  // An inclusive scan of x along `dim` with `combine`, traced here on two elements of x's dtype.
+  ir::ValueId scan(const Var& x, int dim, bool reverse, const hl::CombineFn& combine, const char* what,
+                   const std::source_location& loc);
   ir::ValueId view(const Var& x, std::vector<int> dims, const std::source_location& loc);
   // a @ b (+ acc): checks ranks, contraction dims, batch broadcasting and dtypes.
   ir::ValueId dot(const Var& a, const Var& b, const Var* acc, const std::source_location& loc);
@@ -148,6 +151,8 @@ class Tracer {
     size_t first_op;  // ops recorded from here on belong to this loop (or nested ones)
   };
   std::vector<ir::Stmt>& body();
+  // While a combine function is traced: its statements (ops on its two elements).
+  std::vector<ir::Stmt>* combine_body_ = nullptr;
   int axis_for(ir::AxisKind kind, int64_t extent, const std::string& name);
   std::string fresh_name(const std::string& base);
   // A name the user gave a dim or block size, checked: an identifier, not used before.

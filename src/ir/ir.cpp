@@ -23,6 +23,7 @@ const char* name(OpKind k) {
     case OpKind::Reduce: return "reduce";
     case OpKind::View: return "view";
     case OpKind::Dot: return "dot";
+    case OpKind::Scan: return "scan";
     case OpKind::Store: return "store";
   }
   return "?";
@@ -138,6 +139,9 @@ std::string bound_text(const Bound& b) {
   return b.value >= 0 ? fmt::format("%{}", b.value) : fmt::format("{}", b.constant);
 }
 
+// One op as the IR text prints it, without its source line.
+std::string op_text(const Kernel& k, const Op& op);
+
 void print_body(const Kernel& k, const std::vector<Stmt>& body, int indent, bool locations, std::string& out) {
   std::string pad(size_t(indent) * 2, ' ');
   for (const Stmt& s : body) {
@@ -157,38 +161,53 @@ void print_body(const Kernel& k, const std::vector<Stmt>& body, int indent, bool
       continue;
     }
     const Op& op = k.ops[size_t(s.id)];
-    std::string lhs = op.result >= 0 ? fmt::format("%{}: {} = ", op.result, value_type(k, op.result)) : "";
-    std::vector<std::string> in;
-    for (ValueId v : op.inputs) in.push_back(fmt::format("%{}", v));
-    std::string rhs;
-    switch (op.kind) {
-      case OpKind::Load:
-        rhs = fmt::format("load {}[{}]", k.tensors[size_t(op.tensor)].name,
-                          index_text(k, k.tensors[size_t(op.tensor)], op.index));
-        break;
-      case OpKind::Store:
-        rhs = fmt::format("{} {}[{}]{} %{}", op.atomic_add ? "atomic_add" : "store", k.tensors[size_t(op.tensor)].name,
-                          index_text(k, k.tensors[size_t(op.tensor)], op.index), op.atomic_add ? "," : " =", op.inputs.back());
-        break;
-      case OpKind::Full: rhs = fmt::format("full {}", constant_text(op.number, k.value(op.result).dtype)); break;
-      case OpKind::ScalarArg: rhs = fmt::format("scalar {}", k.scalars[size_t(op.scalar)].name); break;
-      case OpKind::TileIndex:
-      case OpKind::TileBegin:
-      case OpKind::TileEnd:
-      case OpKind::TileSize:
-        rhs = fmt::format("{} {}", name(op.kind), k.axes[size_t(op.axis)].name);
-        break;
-      case OpKind::Unary: rhs = fmt::format("{} {}", name(op.unary), fmt::join(in, ", ")); break;
-      case OpKind::Binary: rhs = fmt::format("{} {}", name(op.binary), fmt::join(in, ", ")); break;
-      case OpKind::Reduce:
-        rhs = fmt::format("{} {}, dim={}{}", name(op.reduce), fmt::join(in, ", "), op.dim,
-                          op.keepdim ? ", keepdim" : "");
-        break;
-      default: rhs = fmt::format("{} {}", name(op.kind), fmt::join(in, ", ")); break;
-    }
-    out += fmt::format("{}{}{}", pad, lhs, rhs);
+    out += fmt::format("{}{}", pad, op_text(k, op));
     out += locations ? fmt::format("    # {}:{}\n", op.loc.file_name(), op.loc.line()) : "\n";
+    if (op.kind == OpKind::Scan) {  // its combine function, one op a line
+      const Combine& c = k.combines[size_t(op.combine)];
+      for (int o : c.ops) out += fmt::format("{}    {}\n", pad, op_text(k, k.ops[size_t(o)]));
+      out += fmt::format("{}    return %{}\n", pad, c.result);
+    }
   }
+}
+
+std::string op_text(const Kernel& k, const Op& op) {
+  std::string lhs = op.result >= 0 ? fmt::format("%{}: {} = ", op.result, value_type(k, op.result)) : "";
+  std::vector<std::string> in;
+  for (ValueId v : op.inputs) in.push_back(fmt::format("%{}", v));
+  std::string rhs;
+  switch (op.kind) {
+    case OpKind::Load:
+      rhs = fmt::format("load {}[{}]", k.tensors[size_t(op.tensor)].name,
+                        index_text(k, k.tensors[size_t(op.tensor)], op.index));
+      break;
+    case OpKind::Store:
+      rhs = fmt::format("{} {}[{}]{} %{}", op.atomic_add ? "atomic_add" : "store", k.tensors[size_t(op.tensor)].name,
+                        index_text(k, k.tensors[size_t(op.tensor)], op.index), op.atomic_add ? "," : " =", op.inputs.back());
+      break;
+    case OpKind::Full: rhs = fmt::format("full {}", constant_text(op.number, k.value(op.result).dtype)); break;
+    case OpKind::ScalarArg: rhs = fmt::format("scalar {}", k.scalars[size_t(op.scalar)].name); break;
+    case OpKind::TileIndex:
+    case OpKind::TileBegin:
+    case OpKind::TileEnd:
+    case OpKind::TileSize:
+      rhs = fmt::format("{} {}", name(op.kind), k.axes[size_t(op.axis)].name);
+      break;
+    case OpKind::Unary: rhs = fmt::format("{} {}", name(op.unary), fmt::join(in, ", ")); break;
+    case OpKind::Binary: rhs = fmt::format("{} {}", name(op.binary), fmt::join(in, ", ")); break;
+    case OpKind::Reduce:
+      rhs = fmt::format("{} {}, dim={}{}", name(op.reduce), fmt::join(in, ", "), op.dim,
+                        op.keepdim ? ", keepdim" : "");
+      break;
+    case OpKind::Scan: {
+      const Combine& c = k.combines[size_t(op.combine)];
+      rhs = fmt::format("scan {}, dim={}{}, combine(%{}, %{})", fmt::join(in, ", "), op.dim, op.reverse ? ", reverse" : "",
+                        c.a, c.b);
+      break;
+    }
+    default: rhs = fmt::format("{} {}", name(op.kind), fmt::join(in, ", ")); break;
+  }
+  return lhs + rhs;
 }
 
 }  // namespace
@@ -342,7 +361,29 @@ class Verifier {
       }
     }
     if ((o.kind == OpKind::Store) != (o.result < 0)) fail("op {} ({}) has result %{}", id, name(o.kind), o.result);
+    if (o.kind == OpKind::Scan) combine(id, o);
     if (o.result >= 0) define(o.result);
+  }
+
+  // A combine function uses only its operands and what it computes from them.
+  void combine(int id, const Op& scan) {
+    if (scan.combine < 0 || scan.combine >= int(k.combines.size())) fail("scan op {} names combine {}", id, scan.combine);
+    const Combine& c = k.combines[size_t(scan.combine)];
+    std::vector<bool> outer = defined;
+    define(c.a);
+    define(c.b);
+    for (int o : c.ops) {
+      if (o < 0 || o >= int(k.ops.size()) || placed[size_t(o)]) fail("the combine of scan op {} holds op {}", id, o);
+      placed[size_t(o)] = true;
+      const Op& op = k.op(o);
+      for (ValueId v : op.inputs)
+        if (v < 0 || v >= int(k.values.size()) || !defined[size_t(v)] || outer[size_t(v)])
+          fail("op {} in the combine of scan op {} uses %{}, which the combine does not define", o, id, v);
+      if (op.result < 0) fail("op {} in the combine of scan op {} has no result", o, id);
+      define(op.result);
+    }
+    use(c.result, "the combine of scan op", id);
+    if (outer[size_t(c.result)]) fail("the combine of scan op {} returns %{} from outside it", id, c.result);
   }
 
   const Kernel& k;
@@ -352,5 +393,17 @@ class Verifier {
 }  // namespace
 
 void verify(const Kernel& k) { Verifier(k).run(); }
+
+std::optional<BinaryFn> combine_binary(const Kernel& k, const Combine& c) {
+  if (c.ops.size() != 1) return std::nullopt;
+  const Op& op = k.op(c.ops[0]);
+  if (op.kind != OpKind::Binary || op.result != c.result || op.inputs != std::vector<ValueId>{c.a, c.b}) return std::nullopt;
+  return op.binary;
+}
+
+const char* scan_name(const Kernel& k, const Combine& c) {
+  auto fn = combine_binary(k, c);
+  return fn == BinaryFn::Add ? "cumsum" : fn == BinaryFn::Mul ? "cumprod" : "associative_scan";
+}
 
 }  // namespace deuteron::ir

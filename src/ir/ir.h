@@ -100,6 +100,7 @@ enum class OpKind {
   Reduce,     // fn: ReduceFn, over dim `dim`, keepdim
   View,       // same data, new dims (unsqueeze, squeeze, expand, permute, reshape by ones)
   Dot,        // a @ b (+ acc): inputs a [..., M, K], b [..., K, N] (, acc); f32 result [..., M, N]
+  Scan,       // inclusive scan of input 0 along dim `dim` with Kernel::combines[combine], `reverse`
   // effects
   Store,      // value into a block of a host tensor
 };
@@ -134,8 +135,10 @@ struct Op {
   UnaryFn unary{};
   BinaryFn binary{};
   ReduceFn reduce{};
-  int dim = -1;  // Reduce
+  int dim = -1;  // Reduce, Scan
   bool keepdim = false;
+  int combine = -1;  // Scan: its entry of Kernel::combines
+  bool reverse = false;  // Scan: from the last element to the first
   std::source_location loc;
 };
 
@@ -173,6 +176,18 @@ struct Loop {
   std::source_location loc;
 };
 
+// The combine function of a scan (hl::associative_scan, hl::cumsum), traced once on two
+// elements: `a` (what the scan has accumulated) and `b` (the next element), both of the scanned
+// dtype and without dims (def_op -1, like a loop's phi). Its ops are elementwise (Full, Unary,
+// Binary, Where, Cast) on them and on constants; they stand in no loop body, so only the Scan
+// op reaches them. The result has the scanned dtype.
+struct Combine {
+  ValueId a = -1, b = -1;
+  std::vector<int> ops;  // in program order
+  ValueId result = -1;
+  std::source_location loc;  // the hl::associative_scan call
+};
+
 struct Kernel {
   std::string name;
   std::vector<HostTensor> tensors;
@@ -184,6 +199,7 @@ struct Kernel {
   std::vector<Op> ops;
   std::vector<Loop> loops;
   std::vector<Stmt> top;  // top-level statements: grid loops only (host code is gone)
+  std::vector<Combine> combines;  // of the Scan ops
   std::source_location loc;  // where the kernel was defined
   // Float hl::atomic_adds are summed in a fixed order (KernelOptions::atomic_add), the same on
   // every run; otherwise they are atomic (which targets without threads may ignore).
@@ -231,6 +247,12 @@ std::string print(const Kernel& k, bool locations = true);
 // the same thing share it, whatever their name's line; any traced difference (a captured
 // constant, a shape) changes it. The in-memory and on-disk caches are keyed by it.
 std::string fingerprint(const Kernel& k);
+
+// A scan's combine when it is one binary function of (a, b) in that order (a + b: cumsum,
+// a * b: cumprod), which targets may spell with their own scan; nullopt otherwise.
+std::optional<BinaryFn> combine_binary(const Kernel& k, const Combine& c);
+// What a scan computes, for generated code's comments: "cumsum", "cumprod", "associative_scan".
+const char* scan_name(const Kernel& k, const Combine& c);
 
 // Checks the IR's invariants (ids in range, values defined before use, dims naming real axes,
 // loop nesting); throws std::logic_error naming the broken one. A failure is a compiler bug.

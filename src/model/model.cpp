@@ -565,6 +565,9 @@ class Model {
       case ir::OpKind::Binary:
       case ir::OpKind::Where:
       case ir::OpKind::Cast: w.vector += elements; break;
+      case ir::OpKind::Scan:  // its combine's ops once per element (a sequential scan's count)
+        w.vector += elements * double(std::max<size_t>(k_.combines[size_t(op.combine)].ops.size(), 1));
+        break;
       default: break;  // loads, stores, views, constants, indices: free
     }
   }

@@ -49,6 +49,18 @@ void choose_blocks(Lowering& l) {
     if (axis == ir::kOne) continue;
     p.reductions.push_back({int(o), axis, bool(p.persistent[size_t(axis)]), p.block[size_t(axis)]});
   }
+  // A scan's running value does not cross blocks: the dim it runs along is one block.
+  for (size_t o = 0; o < k.ops.size(); ++o) {
+    const ir::Op& op = k.ops[o];
+    if (op.kind != ir::OpKind::Scan || l.loop_of[o] < 0) continue;
+    int axis = k.value(op.inputs[0]).dims[size_t(op.dim)];
+    if (axis == ir::kOne || p.persistent[size_t(axis)]) continue;
+    const ir::BlockParam& bp = k.block_params[size_t(k.axes[size_t(axis)].block_param)];
+    throw ConfigError(fmt::format("{} = {} splits dim {} ({} elements) into blocks, but a scan runs along it, and a "
+                                  "scan's running value is not carried from one block to the next",
+                                  bp.name, p.block[size_t(axis)], k.axes[size_t(axis)].name, k.axes[size_t(axis)].extent),
+                      format_location(op.loc), fmt::format("set {} to {} (the whole dim in one block)", bp.name, bp.max));
+  }
 }
 
 void lay_out_grid(Lowering& l) {

@@ -1,6 +1,6 @@
 // Step 4: fusion groups. Consecutive ops over the same block dims run as one loop nest; a dot
-// is a group of its own, and an op that reads a reduction made in the current group starts a
-// new one.
+// or a scan is a group of its own, and an op that reads a reduction made in the current group
+// starts a new one.
 #include <algorithm>
 
 #include "plan/steps.h"
@@ -51,7 +51,8 @@ std::vector<Item> group_body(const ir::Kernel& k, const std::vector<ir::Stmt>& b
     }
     const ir::Op& op = k.ops[size_t(s.id)];
     if (is_cheap(op.kind) || absorbed.count(s.id)) continue;  // computed where used
-    if (op.kind == ir::OpKind::Dot) {  // a block product is a group of its own
+    // A block product is a group of its own, and so is a scan (a sequential loop on the cpu).
+    if (op.kind == ir::OpKind::Dot || op.kind == ir::OpKind::Scan) {
       Item it;
       it.group.ops = {s.id};
       it.group.domain = domain_of(k, op);

@@ -44,7 +44,7 @@ void place_values(Lowering& l) {
     if (op.kind == ir::OpKind::Load && spec && spec->placement != Placement::InPlace) {
       p.materialized[size_t(v)] = true;
     } else if (is_cheap(op.kind) ||
-               (op.kind != ir::OpKind::Reduce && looped_dims(v))) {
+               (op.kind != ir::OpKind::Reduce && op.kind != ir::OpKind::Scan && looped_dims(v))) {
       p.recomputed[size_t(v)] = true;
       work.push_back(v);
     } else {
@@ -63,8 +63,8 @@ void place_values(Lowering& l) {
       if (def < 0 || group_of_op[size_t(def)] != group_of_op[o]) needed_outside(in);
     }
   }
-  for (size_t o = 0; o < k.ops.size(); ++o)  // reductions always hand their result over
-    if (k.ops[o].kind == ir::OpKind::Reduce && group_of_op[o] >= 0)
+  for (size_t o = 0; o < k.ops.size(); ++o)  // reductions and scans always hand their result over
+    if ((k.ops[o].kind == ir::OpKind::Reduce || k.ops[o].kind == ir::OpKind::Scan) && group_of_op[o] >= 0)
       p.materialized[size_t(k.ops[o].result)] = true;
   for (const ir::Loop& loop : k.loops) {
     for (const ir::Carried& cv : loop.carried) {

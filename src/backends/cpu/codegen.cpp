@@ -727,6 +727,10 @@ class Generator {
       emit_dot(*p_.gemm_for_op(g.ops[0]));
       return;
     }
+    if (g.ops.size() == 1 && k_.ops[size_t(g.ops[0])].kind == OpKind::Scan) {
+      emit_scan(k_.ops[size_t(g.ops[0])], g.domain);
+      return;
+    }
     scalars_.clear();
     const std::vector<int>& dom = g.domain;
     int inner = dom.empty() ? -2 : dom.back();
@@ -820,6 +824,55 @@ class Generator {
         line(fmt::format("m{}[{}] = {};", op->result, storage_index(op->result), acc));
       }
     });
+    --indent_;
+    line("}");
+    scalars_.clear();
+  }
+
+  // A scan: the other dims' loops outside, then one sequential loop along the scanned dim
+  // carrying the running value through the combine function's ops (inlined). It is not
+  // vectorised along the scanned dim (each element needs the one before); the compiler may
+  // vectorise nothing here, so a scan costs about one combine per element and cycle.
+  void emit_scan(const ir::Op& op, const std::vector<int>& domain) {
+    scalars_.clear();
+    const ir::Combine& c = k_.combines[size_t(op.combine)];
+    const ir::Value& r = k_.value(op.result);
+    int sa = k_.value(op.inputs[0]).dims[size_t(op.dim)];
+    const std::string& n = axis(sa);
+    std::vector<int> outer;
+    for (int a : domain)
+      if (a != sa) outer.push_back(a);
+    line(fmt::format("// {}: {} along {}{} (sequential)", at(op.loc), ir::scan_name(k_, c), n, op.reverse ? ", reversed" : ""));
+    line("{");
+    ++indent_;
+    open_nest(outer, "", [](size_t) {});
+    // A float cumsum accumulates in double, as torch's CPU cumsum does: each output is the
+    // exact prefix sum rounded once, not N roundings in f32.
+    bool wide = ir::combine_binary(k_, c) == ir::BinaryFn::Add && r.dtype == DType::f32;
+    line(fmt::format("{} acc{}{{}};", wide ? "double" : ctype(r.dtype), op.result));
+    if (op.reverse) line(fmt::format("for (int64_t i_{0} = n_{0} - 1; i_{0} >= 0; --i_{0}) {{", n));
+    else line(fmt::format("for (int64_t i_{0} = 0; i_{0} < n_{0}; ++i_{0}) {{", n));
+    ++indent_;
+    std::string acc = fmt::format("acc{}", op.result);
+    std::string x = convert(value(op.inputs[0]), k_.value(op.inputs[0]).dtype, r.dtype);
+    line(fmt::format("if (i_{} == {}) {{", n, op.reverse ? fmt::format("n_{} - 1", n) : "0"));
+    line(fmt::format("  {} = {};", acc, x));
+    line("} else {");
+    ++indent_;
+    if (wide) {
+      line(fmt::format("{0} = {0} + double({1});", acc, x));
+    } else {
+      scalars_[c.a] = acc;
+      scalars_[c.b] = x;
+      for (int o : c.ops) compute(k_.ops[size_t(o)]);
+      line(fmt::format("{} = {};", acc, value(c.result)));
+    }
+    --indent_;
+    line("}");
+    line(fmt::format("m{}[{}] = {};", storage_value(op.result), storage_index(op.result), wide ? fmt::format("float({})", acc) : acc));
+    --indent_;
+    line("}");
+    close_nest(outer, [](size_t) {});
     --indent_;
     line("}");
     scalars_.clear();
@@ -1146,7 +1199,9 @@ class Generator {
   bool subtile_eligible(const plan::Group& g) const {
     if (std::find(g.domain.begin(), g.domain.end(), p_.epilogue_axis) == g.domain.end()) return false;
     for (int o : g.ops)
-      if (k_.ops[size_t(o)].kind == OpKind::Reduce || k_.ops[size_t(o)].kind == OpKind::Dot) return false;
+      if (k_.ops[size_t(o)].kind == OpKind::Reduce || k_.ops[size_t(o)].kind == OpKind::Dot ||
+          k_.ops[size_t(o)].kind == OpKind::Scan)
+        return false;
     return true;
   }
 

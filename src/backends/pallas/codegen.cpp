@@ -822,6 +822,14 @@ class Analysis {
       }
       // int64 tensors arrive narrowed to int32 (the host checks every element's range).
       case OpKind::Load: return of_dtype(val.dtype == DType::i64 ? DType::i32 : val.dtype);
+      case OpKind::Scan: {  // each element is a reduction of a prefix (or suffix)
+        Range a = in(0);
+        auto fn = ir::combine_binary(k, k.combines[size_t(op.combine)]);
+        if (fn == ir::BinaryFn::Max || fn == ir::BinaryFn::Min) return a;
+        if (fn != ir::BinaryFn::Add) return of_dtype(val.dtype);
+        __int128 n = extent(k.value(op.inputs[0]).dims[size_t(op.dim)]);
+        return clamp(std::min<__int128>(a.lo, 0) * n, std::max<__int128>(a.hi, 0) * n);
+      }
       case OpKind::Dot:
       case OpKind::Store: break;
     }
@@ -988,6 +996,7 @@ class Generator {
 
   std::string run() {
     std::string kernel_body = kernel();
+    combine_functions_ = combine_functions();
     header();
     constants();
     out_ += "INTERPRET = pltpu.InterpretParams(\n";
@@ -1102,6 +1111,26 @@ class Generator {
     if (uses({BinaryFn::Shl, BinaryFn::Shr})) out_ += std::string("\n") + kShiftHelpers;
     if (uses({BinaryFn::FloorDiv, BinaryFn::Mod})) out_ += std::string("\n") + kDivisionHelpers;
     if (uses({BinaryFn::Rand, BinaryFn::Randn, BinaryFn::RandInt})) out_ += std::string("\n") + kRandomHelpers;
+    out_ += combine_functions_;
+  }
+
+  // Each scan's combine function, for jax.lax.associative_scan: elementwise on two blocks.
+  std::string combine_functions_;
+  std::string combine_functions() {
+    std::string out;
+    for (size_t i = 0; i < k_.combines.size(); ++i) {
+      const ir::Combine& c = k_.combines[i];
+      auto fn = ir::combine_binary(k_, c);
+      if (fn == ir::BinaryFn::Add || fn == ir::BinaryFn::Mul) continue;  // spelled as cumsum, cumprod
+      std::vector<std::string> lines;
+      for (int o : c.ops) statement(k_.ops[size_t(o)], lines);
+      out += fmt::format("\ndef _combine{}({}, {}):\n", i, var(c.a), var(c.b));
+      out += fmt::format("    \"\"\"The combine function of the scan at {}: (accumulated, next) -> accumulated.\"\"\"\n",
+                         shown(format_location(c.loc)));
+      for (const std::string& l : lines) out += "    " + l + "\n";
+      out += fmt::format("    return {}\n\n", var(c.result));
+    }
+    return out;
   }
 
   int64_t vmem_limit(const Footprint& f) const { return vmem_limit_bytes(an_.chip, f); }
@@ -1923,6 +1952,20 @@ class Generator {
         e = dot(op, lines);
         what = "dot";
         break;
+      case OpKind::Scan: {
+        // The scanned dim is whole in the block (persistent): no padding to skip.
+        std::string x = convert(in(0), in_dtype(0), r.dtype);
+        auto fn = ir::combine_binary(k_, k_.combines[size_t(op.combine)]);
+        std::string rev = op.reverse ? ", reverse=True" : "";
+        const char* kind = ir::scan_name(k_, k_.combines[size_t(op.combine)]);
+        if (fn == ir::BinaryFn::Add || fn == ir::BinaryFn::Mul)
+          e = fmt::format("jax.lax.{}({}, axis={}{})", kind, x, op.dim, rev);
+        else
+          e = fmt::format("jax.lax.associative_scan(_combine{}, {}, axis={}{})", op.combine, x, op.dim, rev);
+        what = fmt::format("{} along {}{}", kind, ir::dim_name(k_, in_dims(0)[size_t(op.dim)]),
+                           op.reverse ? ", reversed" : "");
+        break;
+      }
       case OpKind::Store: break;
     }
     lines.push_back(fmt::format("{} = {}  # {}: {}{}  ({})", var(op.result), e, what, dtype_name(r.dtype),

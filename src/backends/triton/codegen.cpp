@@ -380,6 +380,7 @@ class Generator {
     Lines body;
     scopes_.emplace_back();
     emit_body(k_.grid_loop_id(), body);
+    combine_functions_ = combine_functions();
     std::string text = header();
     text += constants();
     text += kernel(body);
@@ -957,6 +958,63 @@ class Generator {
     return e;
   }
 
+  // ---- scans ----
+
+  // Each scan's combine function as a @triton.jit function of two elements, and for reverse
+  // scans along a padded dim a form that skips the padding (an invalid element is the
+  // identity: associative whenever the combine is).
+  std::string combine_functions_;
+  std::string combine_functions() {
+    std::string out;
+    for (size_t i = 0; i < k_.combines.size(); ++i) {
+      const ir::Combine& c = k_.combines[i];
+      auto fn = ir::combine_binary(k_, c);
+      if (fn == ir::BinaryFn::Add || fn == ir::BinaryFn::Mul) continue;  // spelled as cumsum, cumprod
+      Lines lines;
+      for (int o : c.ops) statement(k_.ops[size_t(o)], lines);
+      out += "@triton.jit\n";
+      out += fmt::format("def _combine{}({}, {}):\n", i, name(c.a), name(c.b));
+      out += fmt::format("    \"\"\"The combine function of the scan at {}: (accumulated, next) -> accumulated.\"\"\"\n",
+                         shown(format_location(c.loc)));
+      for (const std::string& l : lines) out += "    " + l + "\n";
+      out += fmt::format("    return {}\n\n\n", name(c.result));
+      bool reverse = std::any_of(k_.ops.begin(), k_.ops.end(),
+                                 [&](const ir::Op& op) { return op.kind == OpKind::Scan && op.combine == int(i) && op.reverse; });
+      if (!reverse) continue;
+      out += "@triton.jit\n";
+      out += fmt::format("def _combine{}_skipping(a, a_valid, b, b_valid):\n", i);
+      out += "    \"\"\"The same, where invalid elements (past the dim's end) are skipped.\"\"\"\n";
+      out += fmt::format("    both = tl.where(a_valid & b_valid, _combine{}(a, b), tl.where(a_valid, a, b))\n", i);
+      out += "    return both, a_valid | b_valid\n\n\n";
+    }
+    return out;
+  }
+
+  std::string scan(const ir::Op& op, Lines& lines) {
+    const ir::Value& r = k_.value(op.result);
+    const ir::Value& xv = k_.value(op.inputs[0]);
+    std::string x = convert(name(op.inputs[0]), xv.dtype, r.dtype);
+    int axis = xv.dims[size_t(op.dim)];
+    auto fn = ir::combine_binary(k_, k_.combines[size_t(op.combine)]);
+    std::string rev = op.reverse ? ", reverse=True" : "";
+    // A forward scan never reads the padding past the dim's end (it comes after every real
+    // element); a reverse one starts there, so the padding must not count.
+    std::string m = op.reverse ? mask(axis, lines) : "";
+    if (!m.empty()) m = align(m, {axis}, xv.dims, true, op);
+    if (fn == ir::BinaryFn::Add || fn == ir::BinaryFn::Mul) {
+      bool sum = fn == ir::BinaryFn::Add;
+      const char* identity = kernel_type(r.dtype) == DType::f32 ? (sum ? "0.0" : "1.0") : (sum ? "0" : "1");
+      if (!m.empty()) x = fmt::format("tl.where({}, {}, {})", m, x, identity);
+      return fmt::format("tl.{}({}, axis={}{})", sum ? "cumsum" : "cumprod", x, op.dim, rev);
+    }
+    if (m.empty()) return fmt::format("tl.associative_scan({}, {}, _combine{}{})", x, op.dim, op.combine, rev);
+    lines.push_back(fmt::format("{}, _ = tl.associative_scan(({}, {}), {}, _combine{}_skipping{})  # associative_scan "
+                                "along {}, skipping the padding: {}{}  ({})",
+                                name(op.result), x, m, op.dim, op.combine, rev, ir::dim_name(k_, axis),
+                                dtype_name(r.dtype), dims_text(r.dims), where(op)));
+    return "";
+  }
+
   void statement(const ir::Op& op, Lines& lines) {
     std::string loc = where(op);
     auto in = [&](size_t i) { return name(op.inputs[i]); };
@@ -1072,6 +1130,13 @@ class Generator {
         e = dot(op, lines);
         what = "dot";
         break;
+      case OpKind::Scan: {
+        e = scan(op, lines);
+        if (e.empty()) return;  // written with its own line
+        what = fmt::format("{} along {}{}", ir::scan_name(k_, k_.combines[size_t(op.combine)]),
+                           ir::dim_name(k_, k_.value(op.inputs[0]).dims[size_t(op.dim)]), op.reverse ? ", reversed" : "");
+        break;
+      }
       case OpKind::Store: break;
     }
     lines.push_back(fmt::format("{} = {}  # {}: {}{}  ({})", name(op.result), e, what, dtype_name(r.dtype),
@@ -1196,6 +1261,7 @@ class Generator {
       out += "    return 0.5 * x * (1.0 + _tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))\n\n\n";
     }
     for (const char* h : helpers()) out += std::string(h) + "\n\n";
+    out += combine_functions_;
     out += "@triton.jit\n";
     out += fmt::format("def {}(\n", kernel_name());
     for (const std::string& s : params) out += fmt::format("    {},\n", s);
