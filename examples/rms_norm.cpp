@@ -14,12 +14,12 @@ static const auto rms_norm = deuteron::kernel("rms_norm", [](hl::Tensor x, hl::T
   int64_t m = x.size(0);
   auto y = hl::empty_like(x);
   auto rstd = hl::empty({m}, DType::f32);
-  const double inv_n = 1.0 / double(x.size(1));
   for (auto tm : hl::tile(m, {.name = "rows"})) {
     auto row = x[{tm, hl::all}];
     // A mean of squares: nothing cancels, so the plain sum / n is as accurate as hl::mean (and
-    // saves its extra pass over the row).
-    auto r = hl::rsqrt((row * row).sum(1) * inv_n + eps);
+    // saves its extra pass over the row). n as hl::count, not x.size(1): a device value, which
+    // an ahead-of-time build's general variant reads at run time.
+    auto r = hl::rsqrt((row * row).sum(1) / hl::count(row, 1) + eps);
     y[{tm, hl::all}] = row * r.unsqueeze(1) * w[hl::all];
     rstd[tm] = r;
   }
@@ -34,11 +34,10 @@ static const auto rms_norm_bwd = deuteron::kernel(
     "rms_norm_bwd", [](hl::Tensor grad_y, hl::Tensor x, hl::Tensor w, hl::Tensor rstd) {
       auto grad_x = hl::empty_like(x);
       auto grad_w = hl::zeros({w.size(0)});  // f32: atomic adds are f32
-      const double inv_n = 1.0 / double(x.size(1));
       for (auto tm : hl::tile(x.size(0), {.name = "rows"})) {
         auto gy = grad_y[{tm, hl::all}], xs = x[{tm, hl::all}];
         auto r = rstd[tm].unsqueeze(1);
-        auto c = (gy * w[hl::all] * xs).sum(1, true) * inv_n;  // a plain mean: nothing subtracts it
+        auto c = (gy * w[hl::all] * xs).sum(1, true) / hl::count(xs, 1);  // a plain mean: nothing subtracts it
         grad_x[{tm, hl::all}] = r * w[hl::all] * gy - xs * (r * r * r) * c;
         hl::atomic_add(grad_w, {hl::all}, (gy * xs * r).sum(0));
       }

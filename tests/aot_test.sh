@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # `deuteron aot`, end to end. Usage: aot_test.sh path/to/deuteron SOURCE_DIR CMAKE cpu|pallas|triton
-#   cpu:    builds softmax, matmul and cross_entropy for examples/aot/shapes.txt into a folder with a hostile
-#           name, builds examples/aot (the consumer: references in plain double loops) against
-#           only what aot wrote, static and shared, runs it on built and unbuilt shapes and bad
-#           calls; checks the library needs nothing of Deuteron; and bad command lines.
+#   cpu:    builds softmax, matmul, cross_entropy, layer_norm, rms_norm and rms_norm_bwd for
+#           examples/aot/shapes.txt into a folder with a hostile name, builds examples/aot (the
+#           consumer: references in plain double loops) against only what aot wrote, static and
+#           shared, runs it on built and unbuilt shapes and bad calls; checks the library needs
+#           nothing of Deuteron; which catalogue kernels get a general variant; and bad command lines.
 #   pallas: the modules and dispatch table, run under JAX's TPU interpret mode against numpy.
-#   triton: the same under Triton's interpreter (TRITON_INTERPRET=1) against torch.
+#   triton: the same under Triton's interpreter (TRITON_INTERPRET=1) against numpy, with the
+#           general modules on shapes not built (size 1 included).
 set -uo pipefail
 BIN="$1"
 SRC="$2"
@@ -52,17 +54,35 @@ if [ "$MODE" = cpu ]; then
     bad "aot tuning and cache: $(tail -3 "$WORK/tune1.log") / $(tail -3 "$WORK/tune2.log")"
   fi
 
-  if "$BIN" aot softmax,matmul,cross_entropy --shapes "$SRC/examples/aot/shapes.txt" --out "$OUT" --effort none >"$WORK/aot.log" 2>&1; then
-    ok "aot softmax,matmul,cross_entropy into a folder named $OUT"
+  KERNELS=softmax,matmul,cross_entropy,layer_norm,rms_norm,rms_norm_bwd
+  if "$BIN" aot $KERNELS --shapes "$SRC/examples/aot/shapes.txt" --out "$OUT" --effort none >"$WORK/aot.log" 2>&1; then
+    ok "aot $KERNELS into a folder named $OUT"
   else
-    bad "aot softmax,matmul: $(tail -5 "$WORK/aot.log")"
+    bad "aot $KERNELS: $(tail -5 "$WORK/aot.log")"
   fi
   grep -q "softmax: 3 tuned variants, [1-3] general variants\? for other shapes" "$WORK/aot.log" &&
     grep -q "matmul: 3 tuned variants, [1-3] general variants\? for other shapes" "$WORK/aot.log" &&
-    grep -q "cross_entropy: 1 tuned variant, no general variant (.*atomic_adds in a fixed order" "$WORK/aot.log" \
-    && ok "softmax and matmul have tuned and general variants; cross_entropy, whose code cannot be general, says why" || bad "variants: $(cat "$WORK/aot.log")"
+    grep -q "cross_entropy: 1 tuned variant, 1 general variant for other shapes" "$WORK/aot.log" &&
+    grep -q "layer_norm: 1 tuned variant, 1 general variant for other shapes" "$WORK/aot.log" &&
+    grep -q "rms_norm: 1 tuned variant, 1 general variant for other shapes" "$WORK/aot.log" &&
+    grep -q "rms_norm_bwd: 1 tuned variant, 1 general variant for other shapes" "$WORK/aot.log" \
+    && ok "every kernel built has tuned and general variants" || bad "variants: $(cat "$WORK/aot.log")"
+  # Every catalogue kernel at one small shape: which get a general variant (emitting only; the
+  # consumer runs the ones above). The whole-dim products (attention's head dim, the layer norm
+  # over a product's N) still have none: their code is checked to say so, nothing else.
+  "$BIN" list --json >"$WORK/list.json" 2>/dev/null
+  all=$(python3 -c 'import json, sys; print(",".join(e["name"] for e in json.load(open(sys.argv[1]))))' "$WORK/list.json")
+  shapes=$(python3 -c 'import json, sys; print(";".join(e["name"] + ":" + "x".join(map(str, e["small_shape"])) for e in json.load(open(sys.argv[1]))))' "$WORK/list.json")
+  if "$BIN" aot "$all" --shapes "$shapes" --out "$WORK/all" --effort none >"$WORK/all.log" 2>&1; then
+    without=$(grep -o '^[a-z_0-9]*: [0-9]* tuned variants\?, no general variant' "$WORK/all.log" | cut -d: -f1 | sort | paste -sd, -)
+    [ "$without" = "attention,attention_causal,matmul_layernorm" ] &&
+      ok "every catalogue kernel but attention, attention_causal and matmul_layernorm gets a general variant" ||
+      bad "kernels without a general variant: '$without' ($(grep 'no general' "$WORK/all.log" | head -5))"
+  else
+    bad "aot of every catalogue kernel: $(tail -5 "$WORK/all.log")"
+  fi
   # Same inputs, same files.
-  "$BIN" aot softmax,matmul,cross_entropy --shapes "$SRC/examples/aot/shapes.txt" --out "$HOSTILE" --effort none >/dev/null 2>&1
+  "$BIN" aot $KERNELS --shapes "$SRC/examples/aot/shapes.txt" --out "$HOSTILE" --effort none >/dev/null 2>&1
   if diff -r "$OUT" "$HOSTILE" >/dev/null && [ ! -e "$WORK/pwned" ] && [ ! -e pwned ]; then
     ok "a second build, into a folder with quotes, ';' and \$(...) in its name, writes byte-identical files"
   else
@@ -123,14 +143,20 @@ fi
 
 # Python targets: modules and a dispatch table, run in the target's interpreter.
 TARGET="$MODE"
-if "$BIN" aot softmax --target "$TARGET" --shapes 'softmax:130x1000;softmax:1x128' --out "$WORK/py" --name py_kernels \
-     --effort none >"$WORK/aot.log" 2>&1; then
-  ok "aot softmax --target $TARGET"
+if "$BIN" aot softmax,layer_norm --target "$TARGET" --shapes 'softmax:130x1000;softmax:1x128;layer_norm:64x257' \
+     --out "$WORK/py" --name py_kernels --effort none >"$WORK/aot.log" 2>&1; then
+  ok "aot softmax,layer_norm --target $TARGET"
 else
   bad "aot --target $TARGET: $(tail -5 "$WORK/aot.log")"
   exit 1
 fi
 [ -f "$WORK/py/py_kernels.py" ] && [ -f "$WORK/py/modules/softmax_130x1000.py" ] && ok "writes the table and a module per shape" || bad "files: $(ls -R "$WORK/py")"
+if [ "$TARGET" = triton ]; then
+  [ -f "$WORK/py/modules/softmax_general0.py" ] && [ -f "$WORK/py/modules/layer_norm_general0.py" ] &&
+    grep -q "softmax: 2 tuned variants, [12] general variants\? for other shapes" "$WORK/aot.log" &&
+    grep -q "layer_norm: 1 tuned variant, 1 general variant for other shapes" "$WORK/aot.log" &&
+    ok "writes general modules for softmax and layer_norm" || bad "no general modules: $(cat "$WORK/aot.log")"
+fi
 export TRITON_INTERPRET=1 JAX_PLATFORMS=cpu
 if ( cd "$WORK" && "$PY" - "$WORK/py" "$TARGET" ) <<'PYEOF'; then ok "$TARGET modules run through the dispatch table and match the reference"; else bad "$TARGET dispatch"; fi
 import sys
@@ -138,27 +164,60 @@ import numpy as np
 sys.path.insert(0, sys.argv[1])
 import py_kernels
 
-def reference(x):
+target = sys.argv[2]
+
+
+def softmax_reference(x):
     x = x.astype(np.float64)
     e = np.exp(x - x.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
 
-rng = np.random.default_rng(1)
-for shape in [(130, 1000), (1, 128)]:
-    x = rng.uniform(-1, 1, shape).astype(np.float32)
-    if sys.argv[2] == "triton":
+
+def layer_norm_reference(x, w, b, eps):
+    x = x.astype(np.float64)
+    mean = x.mean(axis=1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * w + b
+
+
+def call(kernel, *arrays, **options):
+    if target == "triton":
         import torch
-        y = py_kernels.run("softmax", torch.from_numpy(x)).numpy()
-    else:
-        y = np.asarray(py_kernels.run("softmax", x))
-    err = np.abs(y - reference(x)).max()
-    print(f"softmax {shape}: max abs error {err:.3g}")
-    assert err < 1e-5, err
+        out = py_kernels.run(kernel, *[torch.from_numpy(a) for a in arrays], **options)
+        return out.numpy()
+    return np.asarray(py_kernels.run(kernel, *arrays, **options))
+
+
+rng = np.random.default_rng(1)
+# Built shapes run their tuned module; the triton target's general modules run the others
+# (ragged, size 1), the pallas target's raise LookupError saying why.
+built = {"softmax": [(130, 1000), (1, 128)], "layer_norm": [(64, 257)]}
+unbuilt = {"softmax": [(7, 3), (1, 1), (3, 300), (20, 2000)], "layer_norm": [(1, 1), (5, 77)]}
+for kernel in built:
+    for shape in built[kernel] + (unbuilt[kernel] if target == "triton" else []):
+        name, general = py_kernels.variant(kernel, shape)
+        assert general == (shape not in built[kernel]), (kernel, shape, name)
+        x = rng.uniform(-1, 3, shape).astype(np.float32)
+        if kernel == "softmax":
+            y, want = call(kernel, x), softmax_reference(x)
+        else:
+            w = rng.uniform(0.5, 1.5, shape[1]).astype(np.float32)
+            b = rng.uniform(-1, 1, shape[1]).astype(np.float32)
+            y, want = call(kernel, x, w, b, eps=1e-5), layer_norm_reference(x, w, b, 1e-5)
+        err = np.abs(y - want).max()
+        print(f"{kernel} {shape} ({name}): max abs error {err:.3g}")
+        assert y.shape == want.shape and err < 2e-5, (kernel, shape, err)
+if target != "triton":
+    try:
+        py_kernels.module("softmax", (7, 3))
+        raise SystemExit("an unbuilt shape did not raise")
+    except LookupError as e:
+        print("unbuilt shape:", e)
+        assert "nearest built is 1x128" in str(e) and "no general one" in str(e), e
 try:
-    py_kernels.module("softmax", (7, 3))
-    raise SystemExit("an unbuilt shape did not raise")
-except LookupError as e:
-    print("unbuilt shape:", e)
-    assert "nearest built is 1x128" in str(e), e
+    py_kernels.variant("softmax", (0, 3))
+    raise SystemExit("a size of 0 did not raise")
+except ValueError as e:
+    print("size 0:", e)
 PYEOF
 exit $fail

@@ -77,5 +77,14 @@ int main() {
             [&] { return aot_fallback_matmul(x.data(), y.data(), out.data(), s[0], s[1], s[2]); },
             [&] { return aot_tuned_matmul(x.data(), y.data(), out.data(), s[0], s[1], s[2]); });
   }
+  // layer_norm: a general variant since its mean's 1/n is read at run time.
+  for (const auto& s : softmax_shapes) {
+    std::vector<float> x = random_values(size_t(s[0] * s[1])), w = random_values(size_t(s[1])),
+                       b = random_values(size_t(s[1])), out(x.size());
+    compare("layer_norm " + std::to_string(s[0]) + "x" + std::to_string(s[1]), aot_fallback_layer_norm_variant(s[0], s[1]),
+            aot_tuned_layer_norm_variant(s[0], s[1]),
+            [&] { return aot_fallback_layer_norm(x.data(), w.data(), b.data(), out.data(), 1e-5, s[0], s[1]); },
+            [&] { return aot_tuned_layer_norm(x.data(), w.data(), b.data(), out.data(), 1e-5, s[0], s[1]); });
+  }
   return 0;
 }

@@ -1,10 +1,10 @@
 // A program that uses kernels built ahead of time (`deuteron aot`), with nothing of Deuteron
-// but the header and the library that build wrote. It runs softmax and matmul at the shapes the
-// build tuned and at others (the general variants), and cross_entropy, checks every output
-// against plain loops in double precision, and checks that bad calls fail with a code and a
-// message.
+// but the header and the library that build wrote. It runs softmax, matmul, the norms (and the
+// rms norm's backward) and cross_entropy at the shapes the build tuned and at others (the
+// general variants), checks every output against plain loops in double precision, and checks
+// that bad calls fail with a code and a message.
 //
-//   deuteron aot softmax,matmul,cross_entropy --shapes shapes.txt --out kernels
+//   deuteron aot softmax,matmul,cross_entropy,layer_norm,rms_norm,rms_norm_bwd --shapes shapes.txt --out kernels
 //   cmake -S examples/aot -B build-aot -DAOT_DIR=$PWD/kernels && cmake --build build-aot
 //   build-aot/aot_consumer
 #include <cmath>
@@ -86,13 +86,26 @@ void matmul_case(int64_t m, int64_t k, int64_t n, const std::string& want_kind) 
             " of the tolerance " + deuteron_kernels_last_error());
 }
 
-// cross_entropy has no general variant (its float atomic adds are summed in a fixed order, in
-// per-thread copies of the output): its built shape runs, another fails with NO_VARIANT, and a
-// label outside the logits' row fails its index check.
-void cross_entropy_cases() {
-  const int64_t n = 8, v = 10;
+// Worst error of `got` against `want`, in units of abs + rel * |want| (NaN: infinite).
+double worst_error(const std::vector<float>& got, const std::vector<double>& want, double abs, double rel) {
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    double err = std::fabs(double(got[i]) - want[i]);
+    worst = std::isnan(err) ? INFINITY : std::fmax(worst, err / (abs + rel * std::fabs(want[i])));
+  }
+  return worst;
+}
+
+std::string shape_name(int64_t m, int64_t n) { return std::to_string(m) + "x" + std::to_string(n); }
+
+// cross_entropy: float atomic adds summed in a fixed order (per-thread copies of the loss);
+// the label -100 is ignored, and a label outside the logits' row fails its index check.
+void cross_entropy_case(int64_t n, int64_t v, const std::string& want_kind) {
   std::vector<float> logits = random_values(size_t(n * v), 4), loss(1, NAN);
-  std::vector<int64_t> labels = {3, 0, 9, -100, 5, 5, 1, 7};  // -100: ignored
+  std::vector<int64_t> labels(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) labels[size_t(i)] = i % 5 == 3 ? -100 : (i * 7 + 3) % v;
+  if (n > 1) labels[0] = v - 1;
+  std::string kind = kind_of(deuteron_kernels_cross_entropy_variant(n, v));
   int rc = deuteron_kernels_cross_entropy(logits.data(), labels.data(), loss.data(), -100, n, v);
   double sum = 0;
   int counted = 0;
@@ -105,15 +118,97 @@ void cross_entropy_cases() {
     ++counted;
   }
   double want = sum / counted;
-  check(rc == DEUTERON_KERNELS_OK && std::fabs(loss[0] - want) < 1e-5 * (1 + std::fabs(want)),
-        "cross_entropy 8x10 (tuned): rc " + std::to_string(rc) + ", loss " + std::to_string(loss[0]) + ", wanted " +
-            std::to_string(want));
-  labels[2] = 12;
+  check(rc == DEUTERON_KERNELS_OK && kind == want_kind && std::fabs(loss[0] - want) < 1e-5 * (1 + std::fabs(want)),
+        "cross_entropy " + shape_name(n, v) + " (" + kind + " variant, wanted " + want_kind + "): rc " +
+            std::to_string(rc) + ", loss " + std::to_string(loss[0]) + ", wanted " + std::to_string(want) + " " +
+            deuteron_kernels_last_error());
+}
+
+void cross_entropy_bad_label() {
+  const int64_t n = 8, v = 10;
+  std::vector<float> logits = random_values(size_t(n * v), 4), loss(1, NAN);
+  std::vector<int64_t> labels = {3, 0, 12, -100, 5, 5, 1, 7};  // 12: past the row
   expect_error(deuteron_kernels_cross_entropy(logits.data(), labels.data(), loss.data(), -100, n, v),
                DEUTERON_KERNELS_INDEX_OUT_OF_RANGE, "index 12 is out of range for dim 1 of logits (size 10)",
-               "cross_entropy with a label past the row");
+               "cross_entropy with a label past the row (tuned)");
   expect_error(deuteron_kernels_cross_entropy(logits.data(), labels.data(), loss.data(), -100, n - 1, v),
-               DEUTERON_KERNELS_NO_VARIANT, "no variant for 7x10", "cross_entropy at a shape not built");
+               DEUTERON_KERNELS_INDEX_OUT_OF_RANGE, "index 12 is out of range for dim 1 of logits (size 10)",
+               "cross_entropy with a label past the row (general)");
+}
+
+// layer_norm over rows of x[M, N] (biased variance), with weight and bias.
+void layer_norm_case(int64_t m, int64_t n, const std::string& want_kind) {
+  std::vector<float> x = random_values(size_t(m * n), 5), w = random_values(size_t(n), 6), b = random_values(size_t(n), 7),
+                     out(size_t(m * n), NAN);
+  for (float& e : x) e = 1 + 2 * e;  // an offset mean: the variance is taken around it
+  std::string kind = kind_of(deuteron_kernels_layer_norm_variant(m, n));
+  int rc = deuteron_kernels_layer_norm(x.data(), w.data(), b.data(), out.data(), 1e-5, m, n);
+  std::vector<double> want(size_t(m * n));
+  for (int64_t i = 0; i < m; ++i) {
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < n; ++j) mean += x[size_t(i * n + j)];
+    mean /= double(n);
+    for (int64_t j = 0; j < n; ++j) var += (x[size_t(i * n + j)] - mean) * (x[size_t(i * n + j)] - mean);
+    double rstd = 1 / std::sqrt(var / double(n) + 1e-5);
+    for (int64_t j = 0; j < n; ++j) want[size_t(i * n + j)] = (x[size_t(i * n + j)] - mean) * rstd * w[size_t(j)] + b[size_t(j)];
+  }
+  // Size 1 rows: var 0, so out = bias exactly; elsewhere f32 sums of n terms.
+  double worst = worst_error(out, want, 1e-5 * (1 + std::sqrt(double(n))), 1e-5);
+  check(rc == DEUTERON_KERNELS_OK && kind == want_kind && worst <= 1,
+        "layer_norm " + shape_name(m, n) + " (" + kind + " variant, wanted " + want_kind + "): rc " + std::to_string(rc) +
+            ", worst error " + std::to_string(worst) + " of the tolerance " + deuteron_kernels_last_error());
+}
+
+// rms_norm: y = x * rstd * w with rstd = 1 / sqrt(mean(x^2) + eps) per row, also returned.
+std::vector<double> rms_rstd(const std::vector<float>& x, int64_t m, int64_t n) {
+  std::vector<double> r(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) {
+    double s = 0;
+    for (int64_t j = 0; j < n; ++j) s += double(x[size_t(i * n + j)]) * x[size_t(i * n + j)];
+    r[size_t(i)] = 1 / std::sqrt(s / double(n) + 1e-6);
+  }
+  return r;
+}
+
+void rms_norm_case(int64_t m, int64_t n, const std::string& want_kind) {
+  std::vector<float> x = random_values(size_t(m * n), 8), w = random_values(size_t(n), 9), y(size_t(m * n), NAN),
+                     rstd(size_t(m), NAN);
+  std::string kind = kind_of(deuteron_kernels_rms_norm_variant(m, n));
+  int rc = deuteron_kernels_rms_norm(x.data(), w.data(), y.data(), rstd.data(), 1e-6, m, n);
+  std::vector<double> r = rms_rstd(x, m, n), want(size_t(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) want[size_t(i * n + j)] = x[size_t(i * n + j)] * r[size_t(i)] * w[size_t(j)];
+  double worst = std::fmax(worst_error(y, want, 1e-5, 1e-5), worst_error(rstd, r, 1e-5, 1e-5));
+  check(rc == DEUTERON_KERNELS_OK && kind == want_kind && worst <= 1,
+        "rms_norm " + shape_name(m, n) + " (" + kind + " variant, wanted " + want_kind + "): rc " + std::to_string(rc) +
+            ", worst error " + std::to_string(worst) + " of the tolerance " + deuteron_kernels_last_error());
+}
+
+// rms_norm_bwd: grad_x = r w gy - x r^3 mean(w gy x) per row, grad_w = sum over rows of gy x r
+// (float atomic adds, summed in a fixed order).
+void rms_norm_bwd_case(int64_t m, int64_t n, const std::string& want_kind) {
+  std::vector<float> gy = random_values(size_t(m * n), 10), x = random_values(size_t(m * n), 11),
+                     w = random_values(size_t(n), 12), gx(size_t(m * n), NAN), gw(size_t(n), NAN);
+  std::vector<double> r = rms_rstd(x, m, n);
+  std::vector<float> rstd(r.begin(), r.end());
+  std::string kind = kind_of(deuteron_kernels_rms_norm_bwd_variant(m, n));
+  int rc = deuteron_kernels_rms_norm_bwd(gy.data(), x.data(), w.data(), rstd.data(), gx.data(), gw.data(), m, n);
+  std::vector<double> want_x(size_t(m * n)), want_w(size_t(n), 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    double ri = rstd[size_t(i)], c = 0;
+    for (int64_t j = 0; j < n; ++j) c += double(w[size_t(j)]) * gy[size_t(i * n + j)] * x[size_t(i * n + j)];
+    c /= double(n);
+    for (int64_t j = 0; j < n; ++j) {
+      size_t e = size_t(i * n + j);
+      want_x[e] = ri * w[size_t(j)] * gy[e] - x[e] * ri * ri * ri * c;
+      want_w[size_t(j)] += double(gy[e]) * x[e] * ri;
+    }
+  }
+  double worst = std::fmax(worst_error(gx, want_x, 1e-4, 1e-4), worst_error(gw, want_w, 1e-4 * (1 + std::sqrt(double(m))), 1e-5));
+  check(rc == DEUTERON_KERNELS_OK && kind == want_kind && worst <= 1,
+        "rms_norm_bwd " + shape_name(m, n) + " (" + kind + " variant, wanted " + want_kind + "): rc " +
+            std::to_string(rc) + ", worst error " + std::to_string(worst) + " of the tolerance " +
+            deuteron_kernels_last_error());
 }
 
 void bad_calls() {
@@ -163,7 +258,26 @@ int main() {
   matmul_case(129, 5, 257, "general");
   matmul_case(17, 1, 33, "general");
   matmul_case(300, 200, 100, "general");
-  cross_entropy_cases();
+  // The kernels that gained general variants: a mean's 1/n read at run time (the norms), ordered
+  // atomic adds into per-thread copies sized at run time (cross_entropy, rms_norm_bwd).
+  cross_entropy_case(8, 10, "tuned");
+  cross_entropy_case(1, 1, "general");
+  cross_entropy_case(7, 10, "general");
+  cross_entropy_case(300, 77, "general");
+  cross_entropy_bad_label();
+  for (const char* kernel : {"layer_norm", "rms_norm", "rms_norm_bwd"}) {
+    auto run = [&](int64_t m, int64_t n, const char* want) {
+      std::string k = kernel;
+      if (k == "layer_norm") layer_norm_case(m, n, want);
+      else if (k == "rms_norm") rms_norm_case(m, n, want);
+      else rms_norm_bwd_case(m, n, want);
+    };
+    run(64, 257, "tuned");
+    run(1, 1, "general");
+    run(3, 1000, "general");
+    run(129, 33, "general");
+    run(1, 4099, "general");
+  }
   bad_calls();
   std::printf("%s: %d failure%s\n", failures ? "FAILED" : "passed", failures, failures == 1 ? "" : "s");
   return failures ? 1 : 0;

@@ -275,6 +275,11 @@ Tensor ceil(const Tensor& x, Loc loc = Loc::current());
 Tensor round(const Tensor& x, Loc loc = Loc::current());
 
 Tensor sum(const Tensor& x, int dim, bool keepdim = false, Loc loc = Loc::current());
+// The number of elements a reduction along `dim` of block x sees, as an f32 scalar: a whole
+// dim's size, or the valid elements of a tile's block (the last may be partial). For a mean of
+// squares, `(x * x).sum(1) / hl::count(x, 1)`. Unlike a number computed in host code from
+// x.size(1), a general variant of an ahead-of-time build reads it at run time.
+Tensor count(const Tensor& x, int dim, Loc loc = Loc::current());
 // The mean along `dim`, computed soundly for what usually follows it (x - mean): shifted by the
 // max, so it is exact for a constant row, does not overflow for values near the f32 limit, and
 // errs in proportion to the values' spread rather than their size. It costs one more pass than

@@ -63,6 +63,9 @@ struct AotVariant {
   int64_t scratch_per_thread = 0;
   int threads = 1;
   std::vector<AotIndexCheck> index_checks;
+  // General variants whose scratch follows the sizes: the function (cpu: `long f(const
+  // int64_t* sizes)`) giving scratch_per_thread at a call's sizes; scratch_per_thread is then 0.
+  std::string scratch_function;
 };
 
 class Backend {
@@ -120,7 +123,7 @@ class Backend {
     (void)entry;
     if (general)
       throw ConfigError(fmt::format("the {} target has no general variants: its code is made for one shape", name()));
-    return {emit(p), "run", 0, 1, {}};
+    return {emit(p), "run", 0, 1, {}, {}};
   }
   // Files the variants of an ahead-of-time build include, {name, contents}.
   virtual std::vector<std::pair<std::string, std::string>> aot_support_files() const { return {}; }

@@ -374,24 +374,23 @@ Tensor cumprod(const Tensor& x, int d, bool reverse, Loc loc) {
   return accumulate(ir::BinaryFn::Mul, "hl::cumprod", x, d, reverse, loc);
 }
 
-namespace {
-// The number of elements a reduction over block dim `d` of `x` sees, as an f32 scalar: the
-// extent of a whole dim, or a tile's count of valid elements (its last block may be partial).
-Tensor reduced_count(Tracer& tr, const Tensor& x, int d, const Loc& loc) {
-  auto dims = dims_of_value(tr, x, loc, "a mean");
+// The extent of a whole dim is an op naming its axis (not a number), so that a general variant
+// reads it at run time; a fixed dim's is a number.
+Tensor count(const Tensor& x, int d, Loc loc) {
+  auto& tr = Tracer::current(loc);
+  auto dims = dims_of_value(tr, x, loc, "hl::count");
   int axis = dims[size_t(norm_dim(tr, d, int(dims.size()), loc))];
   if (axis == ir::kOne) return full({}, 1.0, DType::f32, loc);
   const ir::Axis& ax = tr.kernel().axes[size_t(axis)];
+  if (ax.kind == ir::AxisKind::Reduction) return wrap(tr, tr.extent(axis, loc), loc);
   if (ax.kind != ir::AxisKind::Tile) return full({}, double(ax.extent), DType::f32, loc);
   hl::Tile t;
   TileAccess::set(t, axis, ax.loop, 0);
   return (Operand(t.end(loc), loc) - Operand(t.begin(loc), loc)).to(DType::f32, loc);
 }
-}  // namespace
 
 Tensor mean(const Tensor& x, int d, bool keepdim, Loc loc) {
-  auto& tr = Tracer::current(loc);
-  Tensor inv = Operand(1.0, loc) / Operand(reduced_count(tr, x, d, loc), loc);
+  Tensor inv = Operand(1.0, loc) / Operand(count(x, d, loc), loc);
   if (!is_floating(x.dtype())) return Operand(sum(x, d, keepdim, loc), loc) * Operand(inv, loc);
   // Shifted by the max p: mean = p + sum((x - p) / n). Exact for a constant row (x - p is 0),
   // no overflow near the f32 limit (no term exceeds the values' spread / n), and a rounding
@@ -406,8 +405,7 @@ Tensor mean(const Tensor& x, int d, bool keepdim, Loc loc) {
 }
 
 std::pair<Tensor, Tensor> var_mean(const Tensor& x, int d, bool keepdim, int64_t correction, Loc loc) {
-  auto& tr = Tracer::current(loc);
-  Tensor dof = Operand(reduced_count(tr, x, d, loc), loc) - Operand(double(correction), loc);
+  Tensor dof = Operand(count(x, d, loc), loc) - Operand(double(correction), loc);
   Tensor mu = mean(x, d, true, loc);
   // x - mu traced twice, not once and squared: each has one use, so the plan computes them in
   // the sum's loop instead of storing a centred copy of the block.

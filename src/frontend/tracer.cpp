@@ -811,6 +811,15 @@ ir::ValueId Tracer::full(const std::vector<hl::Size>& shape, const hl::Number& v
   return emit(op, compute_dtype(dtype), dims_of(shape, loc), {});
 }
 
+ir::ValueId Tracer::extent(int axis, const std::source_location& loc) {
+  ir::Op op;
+  op.kind = ir::OpKind::Full;
+  op.axis = axis;
+  op.number = {double(k_.axes[size_t(axis)].extent), k_.axes[size_t(axis)].extent};
+  op.loc = loc;
+  return emit(op, DType::f32, {}, {});
+}
+
 ir::ValueId Tracer::tile_attr(ir::OpKind kind, const hl::Tile& t, const std::source_location& loc) {
   int axis = tile_axis(t, loc);
   // An hl::grid index is one element: its block's first.

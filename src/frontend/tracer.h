@@ -114,6 +114,8 @@ class Tracer {
   ir::Constant constant(const hl::Number& n, DType dt, const std::source_location& loc) const;
   // A number used with an operand of dtype `other`, as a Full of the dtype it takes.
   ir::ValueId number(const hl::Number& n, DType other, std::vector<int> dims, const std::source_location& loc);
+  // The extent of a whole-dim axis as an f32 scalar (a Full op that names the axis).
+  ir::ValueId extent(int axis, const std::source_location& loc);
   ir::ValueId tile_attr(ir::OpKind kind, const hl::Tile& t, const std::source_location& loc);
   ir::ValueId arange(int64_t n, const std::source_location& loc);
   std::vector<int> dims_of(const std::vector<hl::Size>& shape, const std::source_location& loc);

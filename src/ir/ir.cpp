@@ -185,7 +185,10 @@ std::string op_text(const Kernel& k, const Op& op) {
       rhs = fmt::format("{} {}[{}]{} %{}", op.atomic_add ? "atomic_add" : "store", k.tensors[size_t(op.tensor)].name,
                         index_text(k, k.tensors[size_t(op.tensor)], op.index), op.atomic_add ? "," : " =", op.inputs.back());
       break;
-    case OpKind::Full: rhs = fmt::format("full {}", constant_text(op.number, k.value(op.result).dtype)); break;
+    case OpKind::Full:
+      rhs = fmt::format("full {}", constant_text(op.number, k.value(op.result).dtype));
+      if (op.axis >= 0) rhs += fmt::format(" (extent of {})", k.axes[size_t(op.axis)].name);
+      break;
     case OpKind::ScalarArg: rhs = fmt::format("scalar {}", k.scalars[size_t(op.scalar)].name); break;
     case OpKind::TileIndex:
     case OpKind::TileBegin:

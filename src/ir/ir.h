@@ -86,7 +86,8 @@ struct Axis {
 enum class OpKind {
   // leaves
   Load,       // a block of a host tensor: tensor, index
-  Full,       // a block filled with `number`: dims, dtype
+  Full,       // a block filled with `number`: dims, dtype; with `axis` >= 0, `number` is that
+              // axis' extent (a mean's count), which a general variant reads at run time
   ScalarArg,  // a scalar kernel argument: scalar index
   TileIndex,  // the global indices of an axis' block (hl::arange(n) too): axis
   TileBegin,  // first index of the current block of an axis: axis

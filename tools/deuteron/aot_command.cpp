@@ -249,9 +249,8 @@ aot::Kernel plan_kernel(const examples::Entry& e, const std::vector<std::vector<
 
   // One general variant per distinct config the tuned ones generalise to; the tuned shape
   // nearest an unbuilt one (aot_writer.cpp: log-size distance) picks which.
-  if (backend.aot_language() != "c++" && k.no_general.empty())
-    k.no_general = fmt::format("the {} target's modules are made for one shape", o.target);
   if (!k.no_general.empty()) return k;
+  std::string ext = backend.aot_language() == "c++" ? "cpp" : "py";
   for (aot::Variant& t : k.tuned) {
     try {
       config::Config g = generalize(sa, config::Config::parse(t.config));
@@ -266,7 +265,7 @@ aot::Kernel plan_kernel(const examples::Entry& e, const std::vector<std::vector<
       if (at_a.source != at_b.source || at_a.scratch_per_thread != at_b.scratch_per_thread || at_a.threads != at_b.threads)
         throw ConfigError(fmt::format("its code still depends on the shape: {}", first_difference(at_a.source, at_b.source)));
       t.general = int(k.general.size());
-      k.general.push_back({t.shape, g.dump(), fmt::format("{}_general{}.cpp", k.ident, k.general.size()), at_a, -1});
+      k.general.push_back({t.shape, g.dump(), fmt::format("{}_general{}.{}", k.ident, k.general.size(), ext), at_a, -1});
       std::cerr << fmt::format("deuteron aot: {}: general variant {} (from [{}]): {}\n", e.name, t.general,
                                fmt::join(t.shape, ", "), g.dump());
     } catch (const ConfigError& err) {

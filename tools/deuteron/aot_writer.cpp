@@ -180,6 +180,8 @@ struct Variant {{
   long scratch_per_thread;
   int threads;
   int general_index;  // tuned: the general variant for shapes nearest this one (-1: none)
+  // General: scratch_per_thread at a call's sizes (then scratch_per_thread is 0), or nullptr.
+  long (*scratch_for)(const int64_t* sizes);
 }};
 struct IndexCheck {{
   int tensor, dim;
@@ -275,15 +277,10 @@ int launch(const KernelSpec& k, const int64_t* shape, void* const* tensors, cons
     return fail({2}_NO_VARIANT, std::string(k.name) + ": no variant for " + shape_text(shape, k.rank) +
                                     ": it was built only for its tuned shapes and has no general variant (" +
                                     k.why_no_general + "); build this shape with deuteron aot");
-  char* fast = scratch(size_t(v->scratch_per_thread) * size_t(v->threads) + 64);
-  if (!fast) return fail({2}_OUT_OF_MEMORY, std::string(k.name) + ": cannot allocate its scratch");
-  int64_t status[2] = {{0, 0}};
-  if (v->tuned) {{
-    v->tuned(tensors, scalars, fast, v->scratch_per_thread, status);
-  }} else {{
-    // The general variant's sizes: every axis' extent, then each tensor's dims, then its
-    // strides (contiguous).
-    int64_t sizes[256];
+  // A general variant's sizes: every axis' extent, then each tensor's dims, then its strides
+  // (contiguous).
+  int64_t sizes[256];
+  if (v->general) {{
     int at = 0;
     for (int a = 0; a < k.axes; ++a) sizes[at++] = size_at(k.axis[a], shape);
     for (int t = 0; t < k.tensors; ++t)
@@ -296,8 +293,13 @@ int launch(const KernelSpec& k, const int64_t* shape, void* const* tensors, cons
         stride *= size_at(k.tensor[t].dims[d], shape);
       }}
     }}
-    v->general(tensors, scalars, fast, v->scratch_per_thread, status, sizes);
   }}
+  long per_thread = v->scratch_for ? v->scratch_for(sizes) : v->scratch_per_thread;
+  char* fast = scratch(size_t(per_thread) * size_t(v->threads) + 64);
+  if (!fast) return fail({2}_OUT_OF_MEMORY, std::string(k.name) + ": cannot allocate its scratch");
+  int64_t status[2] = {{0, 0}};
+  if (v->tuned) v->tuned(tensors, scalars, fast, per_thread, status);
+  else v->general(tensors, scalars, fast, per_thread, status, sizes);
   if (status[0] > 0) {{
     std::string what = "an index the kernel computed";
     if (status[0] <= k.check_count) {{
@@ -379,9 +381,12 @@ std::string kernel_dispatch(const Build& b, const Kernel& k) {
   std::string s = fmt::format("\n// ---- {}: {} ----\n", k.name, describe(k));
   for (const Variant& v : k.tuned)
     s += fmt::format("extern \"C\" void {}(void* const*, const double*, char*, long, int64_t*);\n", v.code.entry);
-  for (const Variant& v : k.general)
+  for (const Variant& v : k.general) {
     s += fmt::format("extern \"C\" void {}(void* const*, const double*, char*, long, int64_t*, const int64_t*);\n",
                      v.code.entry);
+    if (!v.code.scratch_function.empty())
+      s += fmt::format("extern \"C\" long {}(const int64_t*);\n", v.code.scratch_function);
+  }
   s += "\nnamespace {\n\n";
   std::vector<std::string> params, tensors;
   for (const std::string& p : k.shape_names) params.push_back(c_string(p));
@@ -396,12 +401,14 @@ std::string kernel_dispatch(const Build& b, const Kernel& k) {
   for (size_t i = 0; i < k.tuned.size(); ++i) {
     const Variant& v = k.tuned[i];
     s += fmt::format("const int64_t {}_shape{}[] = {{{}}};\n", K, i, fmt::join(v.shape, ", "));
-    tuned.push_back(fmt::format("  {{{}, {}_shape{}, {}, nullptr, {}, {}, {}}},  // config {}", c_string(v.code.entry), K, i,
-                                v.code.entry, v.code.scratch_per_thread, v.code.threads, v.general, v.config));
+    tuned.push_back(fmt::format("  {{{}, {}_shape{}, {}, nullptr, {}, {}, {}, nullptr}},  // config {}",
+                                c_string(v.code.entry), K, i, v.code.entry, v.code.scratch_per_thread, v.code.threads,
+                                v.general, v.config));
   }
   for (const Variant& v : k.general)
-    general.push_back(fmt::format("  {{{}, nullptr, nullptr, {}, {}, {}, -1}},  // config {}", c_string(v.code.entry),
-                                  v.code.entry, v.code.scratch_per_thread, v.code.threads, v.config));
+    general.push_back(fmt::format("  {{{}, nullptr, nullptr, {}, {}, {}, -1, {}}},  // config {}", c_string(v.code.entry),
+                                  v.code.entry, v.code.scratch_per_thread, v.code.threads,
+                                  v.code.scratch_function.empty() ? "nullptr" : v.code.scratch_function, v.config));
   s += fmt::format("const Variant {}_tuned[] = {{\n{}\n}};\n", K, fmt::join(tuned, "\n"));
   if (!general.empty()) s += fmt::format("const Variant {}_general[] = {{\n{}\n}};\n", K, fmt::join(general, "\n"));
   std::vector<std::string> checks;
@@ -532,16 +539,33 @@ void write_cpp(const Build& b, const fs::path& out) {
 
 std::string py_string(const std::string& s) { return "\"" + runtime::escaped(s) + "\""; }
 
+// A Python tuple of `items` (a 1-tuple keeps its comma).
+std::string py_tuple(const std::vector<std::string>& items) {
+  return items.size() == 1 ? "(" + items[0] + ",)" : fmt::format("({})", fmt::join(items, ", "));
+}
+std::string py_tuple_of(const std::vector<int64_t>& v) {
+  std::vector<std::string> items;
+  for (int64_t x : v) items.push_back(std::to_string(x));
+  return py_tuple(items);
+}
+
 void write_python(const Build& b, const fs::path& out) {
   std::string table;
   for (const Kernel& k : b.kernels) {
-    std::vector<std::string> rows, from;
+    std::vector<std::string> rows, general_rows;
+    auto module_of = [](const Variant& v) { return v.file.substr(0, v.file.size() - 3); };
     for (const Variant& v : k.tuned) {
-      std::string module = v.file.substr(0, v.file.size() - 3);
       put(out / "modules" / v.file, fmt::format("# {} [{}]: tuned variant, config {}, built by `{}`\n{}", k.name,
                                                 fmt::join(v.shape, ", "), v.config, b.command, v.code.source));
-      rows.push_back(fmt::format("({},): {}", fmt::join(v.shape, ", "), py_string(module)));
+      rows.push_back(fmt::format("{}: {}", py_tuple_of(v.shape), py_string(module_of(v))));
+      if (v.general >= 0)
+        general_rows.push_back(fmt::format("{}: {}", py_tuple_of(v.shape), py_string(module_of(k.general[size_t(v.general)]))));
     }
+    for (const Variant& v : k.general)
+      put(out / "modules" / v.file,
+          fmt::format("# {}: general variant (any shape), its config generalised from the one tuned for [{}], built by "
+                      "`{}`\n{}",
+                      k.name, fmt::join(v.shape, ", "), b.command, v.code.source));
     // Where each shape parameter is read: the first input dim that follows it.
     std::vector<std::string> seen(k.shape_names.size());
     int input = 0;
@@ -552,23 +576,29 @@ void write_python(const Build& b, const fs::path& out) {
           seen[size_t(t.dims[d].param)] = fmt::format("({}, {})", input, d);
       ++input;
     }
-    table += fmt::format("    {}: {{\"params\": ({},), \"read_from\": ({},), \"inputs\": {}, \"modules\": {{{}}}}},\n",
-                         py_string(k.name), fmt::join([&] {
-                           std::vector<std::string> p;
-                           for (const std::string& s : k.shape_names) p.push_back(py_string(s));
-                           return p;
-                         }(), ", "),
-                         fmt::join(seen, ", "), input, fmt::join(rows, ", "));
+    // A general module's sizes: every axis' extent, then each tensor's dims, as (parameter,
+    // fixed) pairs (parameter -1: the fixed number).
+    std::vector<std::string> sizes, params;
+    for (const Size& z : k.axes) sizes.push_back(fmt::format("({}, {})", z.param, z.fixed));
+    for (const TensorArg& t : k.tensors)
+      for (const Size& z : t.dims) sizes.push_back(fmt::format("({}, {})", z.param, z.fixed));
+    for (const std::string& n : k.shape_names) params.push_back(py_string(n));
+    table += fmt::format("    {}: {{\n        \"params\": {},\n        \"read_from\": {},\n        \"inputs\": {},\n"
+                         "        \"modules\": {{{}}},\n        \"general\": {{{}}},\n        \"sizes\": {},\n"
+                         "        \"no_general\": {},\n    }},\n",
+                         py_string(k.name), py_tuple(params), py_tuple(seen), input, fmt::join(rows, ", "),
+                         fmt::join(general_rows, ", "), py_tuple(sizes), py_string(k.no_general));
   }
   put(out / (b.name + ".py"), fmt::format(R"PY("""{0}: kernels built ahead of time by Deuteron for the {1} target.
 
   {2}
 
-The modules (modules/*.py) are the target's generated code, one per tuned shape; this table maps
-a call's shape to its module. `run(kernel, *inputs)` runs the module built for the inputs' shape.
-These modules are made for one shape each (the {1} target has no general variant yet), so a
-shape that was not built raises LookupError naming the nearest built shape (log-size
-distance, as the C++ dispatch picks its fallback) and the command that builds it.
+The modules (modules/*.py) are the target's generated code: one per tuned shape, and general
+ones for any other shape. `run(kernel, *inputs)` runs the module built for the inputs' shape;
+a shape that was not built runs the general module of the built shape nearest it (log-size
+distance, as the C++ dispatch picks its fallback), which takes its sizes at call time. A kernel
+without a general module raises LookupError for such a shape, naming why and the command that
+builds it.
 """
 import importlib.util
 import math
@@ -597,19 +627,12 @@ def nearest(kernel, shape):
     return min(KERNELS[kernel]["modules"], key=distance)
 
 
-def module(kernel, shape):
-    """The module built for `shape` (a tuple of the kernel's parameters)."""
-    if kernel not in KERNELS:
-        raise KeyError(f"no kernel {{kernel!r}} in {0}: it has {{', '.join(KERNELS)}}")
-    shape = tuple(shape)
-    modules = KERNELS[kernel]["modules"]
-    if shape not in modules:
-        near = nearest(kernel, shape)
-        raise LookupError(
-            f"{{kernel}}: no module for {{'x'.join(map(str, shape))}} (the nearest built is "
-            f"{{'x'.join(map(str, near))}}); build it: deuteron aot {{kernel}} --target {1} "
-            f"--shapes {{'x'.join(map(str, shape))}} --out ...")
-    name = modules[shape]
+def sizes_of(kernel, shape):
+    """What a general module's run takes as `sizes`: every axis' extent, then each tensor's dims."""
+    return tuple(shape[p] if p >= 0 else fixed for p, fixed in KERNELS[kernel]["sizes"])
+
+
+def _load(name):
     if name not in _loaded:
         spec = importlib.util.spec_from_file_location(f"{0}_{{name}}", _HERE / "modules" / f"{{name}}.py")
         m = importlib.util.module_from_spec(spec)
@@ -622,9 +645,38 @@ def module(kernel, shape):
     return _loaded[name]
 
 
+def variant(kernel, shape):
+    """(module name, general) for `shape`: its tuned module, else the general module of the
+    nearest built shape."""
+    if kernel not in KERNELS:
+        raise KeyError(f"no kernel {{kernel!r}} in {0}: it has {{', '.join(KERNELS)}}")
+    shape = tuple(shape)
+    if any(s < 1 for s in shape):
+        raise ValueError(f"{{kernel}}: sizes must be at least 1, got {{'x'.join(map(str, shape))}}")
+    k = KERNELS[kernel]
+    if shape in k["modules"]:
+        return k["modules"][shape], False
+    near = nearest(kernel, shape)
+    if near not in k["general"]:
+        raise LookupError(
+            f"{{kernel}}: no module for {{'x'.join(map(str, shape))}} and no general one ({{k['no_general']}}); "
+            f"the nearest built is {{'x'.join(map(str, near))}}; build it: deuteron aot {{kernel}} --target {1} "
+            f"--shapes {{'x'.join(map(str, shape))}} --out ...")
+    return k["general"][near], True
+
+
+def module(kernel, shape):
+    """The module that runs `shape` (a tuple of the kernel's parameters)."""
+    return _load(variant(kernel, shape)[0])
+
+
 def run(kernel, *inputs, **options):
-    """Runs `kernel` on `inputs` with the module built for their shape."""
-    return module(kernel, shape_of(kernel, *inputs)).run(*inputs, **options)
+    """Runs `kernel` on `inputs` with the module for their shape (a general one passes the sizes)."""
+    shape = shape_of(kernel, *inputs)
+    name, general = variant(kernel, shape)
+    if general:
+        options["sizes"] = sizes_of(kernel, shape)
+    return _load(name).run(*inputs, **options)
 )PY",
                                           b.name, b.target, b.command, table));
 }

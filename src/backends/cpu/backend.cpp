@@ -176,7 +176,11 @@ std::string CpuBackend::emit(const plan::Plan& p) const { return generate(cpu::r
 
 backends::AotVariant CpuBackend::emit_aot(const plan::Plan& base, const std::string& entry, bool general) const {
   CpuPlan p = cpu::refine(base);
-  backends::AotVariant v{generate(p, {.entry = entry, .runtime_sizes = general}), entry, scratch_per_thread(p), std::max(p.threads, 1), {}};
+  backends::AotVariant v{generate(p, {.entry = entry, .runtime_sizes = general}), entry, scratch_per_thread(p), std::max(p.threads, 1), {}, {}};
+  if (general) {  // its scratch follows the call's sizes
+    v.scratch_function = entry + "_scratch_per_thread";
+    v.scratch_per_thread = 0;
+  }
   for (const IndexCheck& c : index_checks(p)) v.index_checks.push_back({p.kernel.ops[size_t(c.op)].tensor, c.dim, c.where});
   return v;
 }

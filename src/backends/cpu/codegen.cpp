@@ -149,7 +149,45 @@ class Generator {
     ordered_sums();
     --indent_;
     line("}");
+    if (rt_) scratch_function();
     return out_;
+  }
+
+  // A general variant's fast memory per thread at this call's sizes (a sum of whole cache lines).
+  std::string fast_bytes() const {
+    Bytes end;
+    layout(&end);
+    return end.text();
+  }
+
+  // `<entry>_scratch_per_thread(sizes)`: the scratch_per_thread a general variant takes at
+  // those sizes: its fast memory, then its copies of the ordered atomic-add targets.
+  void scratch_function() {
+    std::string total = fast_bytes();
+    for (int t : ordered_) total += fmt::format(" + ({} * 4 + 63) / 64 * 64", elements(t));
+    line("");
+    line("// The scratch each thread needs at a call's sizes (the caller's scratch_per_thread).");
+    line(fmt::format("extern \"C\" long {}_scratch_per_thread(const int64_t* sizes) {{", entry_));
+    ++indent_;
+    std::set<std::string> words;
+    for (size_t i = 0; i < total.size();) {
+      size_t j = total.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_", i);
+      if (j == i) ++j;
+      words.insert(total.substr(i, (j == std::string::npos ? total.size() : j) - i));
+      i = j == std::string::npos ? total.size() : j;
+    }
+    size_t at = 0, read = 0;
+    auto read_size = [&](const std::string& name) {
+      if (words.count(name)) line(fmt::format("const int64_t {} = sizes[{}];", name, at)), ++read;
+      ++at;
+    };
+    for (size_t a = 0; a < k_.axes.size(); ++a) read_size(extent(int(a)));
+    for (size_t t = 0; t < k_.tensors.size(); ++t)
+      for (size_t d = 0; d < k_.tensors[t].shape.size(); ++d) read_size(dim(int(t), d));
+    if (read == 0) line("(void)sizes;  // the same at every size");
+    line(fmt::format("return long({});", total));
+    --indent_;
+    line("}");
   }
 
  private:
@@ -173,7 +211,8 @@ class Generator {
       else
         line(fmt::format("// {} {}: {}[{}]", t.role == ir::HostRole::Input ? "input " : "output", shown(t.name),
                          dtype_name(t.dtype), fmt::join(t.shape, ", ")));
-    line(fmt::format("// fast memory: {} bytes per thread", p_.fast_memory_bytes));
+    if (rt_) line(fmt::format("// fast memory: {} bytes per thread", fast_bytes()));
+    else line(fmt::format("// fast memory: {} bytes per thread", p_.fast_memory_bytes));
     line("#include \"deuteron_cpu.h\"");
     if (!p_.gemms.empty()) line("#include \"deuteron_gemm.h\"  // hl::dot: micro-kernel and packing");
     line("");
@@ -211,13 +250,33 @@ class Generator {
   }
 
   // ---- ordered adds ----
-  // Where thread t's copy of an ordered target lives: after its fast memory, in its scratch.
-  int64_t copy_offset(int tensor) const {
+  // Where thread t's copy of an ordered target lives: after its fast memory, in its scratch (a
+  // general variant computes it from this call's sizes: copy_offsets()).
+  std::string copy_offset(int tensor) const {
+    if (rt_) return "at_" + copy_name(tensor);
     int64_t off = (p_.fast_memory_bytes + 63) / 64 * 64;
     for (int t : ordered_)
       if (t != tensor) off += (numel(k_.tensors[size_t(t)]) * 4 + 63) / 64 * 64;
       else break;
-    return off;
+    return std::to_string(off);
+  }
+  // The elements of a tensor: a number, or in a general variant the product of its dims.
+  std::string elements(int tensor) const {
+    if (!rt_) return std::to_string(numel(k_.tensors[size_t(tensor)]));
+    std::vector<std::string> dims;
+    for (size_t d = 0; d < k_.tensors[size_t(tensor)].shape.size(); ++d) dims.push_back(dim(tensor, d));
+    return dims.empty() ? "1" : fmt::format("{}", fmt::join(dims, " * "));
+  }
+  // A general variant's copy offsets, after its fast memory (fast_bytes), as scratch_per_thread()
+  // lays them out; <entry>_scratch_per_thread counts them.
+  void copy_offsets() {
+    if (ordered_.empty()) return;
+    line("// where this thread's copies of the ordered atomic-add targets start in its scratch");
+    std::string at = "fast_bytes";
+    for (int t : ordered_) {
+      line(fmt::format("const int64_t {} = {};", copy_offset(t), at));
+      at = fmt::format("{} + ({} * 4 + 63) / 64 * 64", copy_offset(t), elements(t));
+    }
   }
   std::string copy_name(int tensor) const { return "mine_" + tensor_name(tensor); }
   bool ordered(int tensor) const { return std::find(ordered_.begin(), ordered_.end(), tensor) != ordered_.end(); }
@@ -230,7 +289,7 @@ class Generator {
                        "summed in thread order after the grid",
                        copy_name(t), copy_offset(t), tensor_name(t)));
       line("#pragma omp simd");
-      line(fmt::format("for (int64_t i = 0; i < {}; ++i) {}[i] = 0.0f;", numel(k_.tensors[size_t(t)]), copy_name(t)));
+      line(fmt::format("for (int64_t i = 0; i < {}; ++i) {}[i] = 0.0f;", elements(t), copy_name(t)));
     }
   }
   // ... and after the parallel region the copies are added in thread order: with the static
@@ -240,7 +299,7 @@ class Generator {
   void ordered_sums() {
     for (int t : ordered_) {
       line(fmt::format("// {} += every thread's copy, in thread order", tensor_name(t)));
-      line(fmt::format("for (int64_t i = 0; i < {}; ++i) {{", numel(k_.tensors[size_t(t)])));
+      line(fmt::format("for (int64_t i = 0; i < {}; ++i) {{", elements(t)));
       ++indent_;
       line(fmt::format("float sum = {}[i];", tensor_name(t)));
       line("for (int th = 0; th < team; ++th)");
@@ -282,7 +341,6 @@ class Generator {
       throw ConfigError(fmt::format("kernel '{}': a general variant (any sizes) cannot {}", k_.name, what), "",
                         "choose a config that streams or reads in place and loops over reductions");
     };
-    if (!ordered_.empty()) refuse("sum hl::atomic_adds in a fixed order: each thread's copy is as large as the output");
     for (const plan::BlockSpec& s : p_.operands)
       if (s.placement == plan::Placement::Resident)
         refuse(fmt::format("keep {} resident: its copy spans a whole dim", k_.tensors[size_t(s.tensor)].name));
@@ -340,41 +398,116 @@ class Generator {
       blocks.push_back("G_" + n);
     }
     line(fmt::format("const int64_t grid = {};", blocks.empty() ? "1" : fmt::format("{}", fmt::join(blocks, " * "))));
+    if (!ordered_.empty()) line(fmt::format("const int64_t fast_bytes = {};  // this thread's fast memory", fast_bytes()));
+    copy_offsets();
     if (!p_.gemms.empty() && p_.threads > 1 && ordered_.empty())
       line(fmt::format("const int64_t chunk = grid / {0} > 1 ? grid / {0} : 1;  // about 8 chunks per thread",
                        int64_t(p_.threads) * 8));
   }
 
-  void scratch_arrays() {
-    int64_t offset = 0;
+  // ---- fast memory ----
+  // A count of elements or bytes: a number times the whole dims a general variant sizes at run
+  // time (E_<axis>), and a sum of such terms, each rounded to whole cache lines.
+  struct Count {
+    int64_t n = 1;
+    std::vector<std::string> dims;
+    std::string text() const {
+      std::vector<std::string> f = dims;
+      if (n != 1 || f.empty()) f.push_back(std::to_string(n));
+      return fmt::format("{}", fmt::join(f, " * "));
+    }
+  };
+  struct Bytes {
+    int64_t fixed = 0;
+    std::vector<std::string> terms;
+    void add_lines(const Count& c) {
+      if (c.dims.empty()) fixed += (c.n + 63) / 64 * 64;
+      else terms.push_back(fmt::format("({} + 63) / 64 * 64", c.text()));
+    }
+    std::string text() const {
+      std::vector<std::string> t = terms;
+      if (fixed || t.empty()) t.push_back(std::to_string(fixed));
+      return fmt::format("{}", fmt::join(t, " + "));
+    }
+  };
+  // A whole dim whose extent a general variant reads at run time, so its arrays are sized then.
+  bool runtime_whole(int a) const { return rt_ && k_.axes[size_t(a)].kind == ir::AxisKind::Reduction; }
+  Count storage_count(ir::ValueId v, int a) const {
+    Count c;
+    if (runtime_whole(a) && !resident_axis(v, a)) c.dims.push_back("E_" + axis(a));
+    else c.n = storage_extent(v, a);
+    return c;
+  }
+  Count value_count(ir::ValueId v) const {
+    Count c;
+    for (int d : k_.value(v).dims)
+      if (d != ir::kOne) {
+        Count x = storage_count(v, d);
+        c.n *= x.n;
+        c.dims.insert(c.dims.end(), x.dims.begin(), x.dims.end());
+      }
+    return c;
+  }
+
+  // Where each fast-memory array starts: the materialized values, then the dots' packed
+  // operands; and the end, the fast memory a thread needs.
+  struct Slot {
+    ir::ValueId value = -1;  // or a dot's packed operand:
+    const Gemm* gemm = nullptr;
+    int operand = 0;
+    std::string offset;
+  };
+  std::vector<Slot> layout(Bytes* end) const {
+    std::vector<Slot> out;
+    Bytes at;
     for (size_t v = 0; v < k_.values.size(); ++v) {
       if (!p_.materialized[v] || alias_.count(int(v))) continue;
       const ir::Value& val = k_.values[v];
-      std::vector<std::string> dims;
-      int64_t elems = 1;
-      for (int d : val.dims)
-        if (d != ir::kOne) {
-          dims.push_back(fmt::format("{}", storage_extent(int(v), d)));
-          elems *= storage_extent(int(v), d);
-        }
-      int64_t bytes = elems * int64_t(val.dtype == DType::i64 ? 8 : val.dtype == DType::boolean ? 1 : 4);
+      Count bytes = value_count(int(v));
+      bytes.n *= int64_t(val.dtype == DType::i64 ? 8 : val.dtype == DType::boolean ? 1 : 4);
       const plan::BlockSpec* spec = staged_spec(int(v));
-      std::string what = !spec ? "" : spec->placement == plan::Placement::Resident
-                                          ? ", resident operand"
-                                          : fmt::format(", staged operand, {} blocks ahead", spec->buffers - 1);
-      line(fmt::format("{}* const m{} = reinterpret_cast<{}*>({});  // {} [{}]{}", ctype(val.dtype), v,
-                       ctype(val.dtype), at_index("fast", fmt::format("{}", offset)), at_value(ir::ValueId(v)), fmt::join(dims, " x "), what));
+      if (spec && !bytes.dims.empty())
+        throw ConfigError(fmt::format("kernel '{}': a general variant (any sizes) cannot stage a block spanning a whole "
+                                      "dim into fast memory ({})", k_.name, k_.tensors[size_t(spec->tensor)].name),
+                          "", "read it in place");
+      out.push_back({int(v), nullptr, 0, at.text()});
       // Staged operands count their prefetched blocks in the budget; those live in the cache.
-      offset += (std::max(bytes, spec ? p_.staging_of(*spec).fast_bytes : 0) + 63) / 64 * 64;
+      if (spec) bytes.n = std::max(bytes.n, p_.staging_of(*spec).fast_bytes);
+      at.add_lines(bytes);
     }
     for (const Gemm& d : p_.gemms)
       for (int r = 0; r < 2; ++r) {
         const GemmOperand& x = r == 0 ? d.a : d.b;
         if (!x.pack_elements) continue;
-        line(fmt::format("float* const pack{}_{} = reinterpret_cast<float*>({});  // operand {} of the dot at {}, packed by it",
-                         d.op, r == 0 ? "a" : "b", at_index("fast", fmt::format("{}", offset)), r == 0 ? "a" : "b", at(k_.op(d.op).loc)));
-        offset += (x.pack_elements * 4 + 63) / 64 * 64;
+        out.push_back({-1, &d, r, at.text()});
+        at.add_lines({x.pack_elements * 4, {}});
       }
+    *end = at;
+    return out;
+  }
+
+  void scratch_arrays() {
+    Bytes end;
+    for (const Slot& slot : layout(&end)) {
+      if (slot.gemm) {
+        const Gemm& d = *slot.gemm;
+        line(fmt::format("float* const pack{}_{} = reinterpret_cast<float*>({});  // operand {} of the dot at {}, packed by it",
+                         d.op, slot.operand == 0 ? "a" : "b", at_index("fast", slot.offset), slot.operand == 0 ? "a" : "b",
+                         at(k_.op(d.op).loc)));
+        continue;
+      }
+      ir::ValueId v = slot.value;
+      const ir::Value& val = k_.values[size_t(v)];
+      std::vector<std::string> dims;
+      for (int d : val.dims)
+        if (d != ir::kOne) dims.push_back(storage_count(v, d).text());
+      const plan::BlockSpec* spec = staged_spec(v);
+      std::string what = !spec ? "" : spec->placement == plan::Placement::Resident
+                                          ? ", resident operand"
+                                          : fmt::format(", staged operand, {} blocks ahead", spec->buffers - 1);
+      line(fmt::format("{}* const m{} = reinterpret_cast<{}*>({});  // {} [{}]{}", ctype(val.dtype), v, ctype(val.dtype),
+                       at_index("fast", slot.offset), at_value(v), fmt::join(dims, " x "), what));
+    }
     for (const plan::BlockSpec& s : p_.operands)
       if (s.reuse && s.placement != plan::Placement::InPlace)
         line(fmt::format("int64_t tag{} = -1;  // grid block whose {} is in m{} (-1: none yet)", s.op,
@@ -471,15 +604,17 @@ class Generator {
   std::string storage_index(ir::ValueId v) const {
     v = storage_value(v);
     std::string idx;
-    int64_t stride = 1;
+    Count stride;
     const auto& dims = k_.value(v).dims;
     for (size_t i = dims.size(); i-- > 0;) {
       int d = dims[i];
       if (d == ir::kOne) continue;
       // Resident operands span the loop's whole extent: index them globally.
       std::string var = resident_axis(v, d) ? plus("o_" + axis(d), ivar(d)) : ivar(d);
-      idx = plus(times(var, stride), idx.empty() ? "0" : idx);
-      stride *= storage_extent(v, d);
+      idx = plus(stride.dims.empty() ? times(var, stride.n) : times(var, stride.text()), idx.empty() ? "0" : idx);
+      Count x = storage_count(v, d);
+      stride.n *= x.n;
+      stride.dims.insert(stride.dims.end(), x.dims.begin(), x.dims.end());
     }
     return idx.empty() ? "0" : idx;
   }
@@ -564,7 +699,9 @@ class Generator {
     auto in_as = [&](int i, DType t) { return convert(in(i), k_.value(op.inputs[size_t(i)]).dtype, t); };
     switch (op.kind) {
       case OpKind::Load: e = load_expr(op); break;
-      case OpKind::Full: e = literal(op.number, r.dtype); break;
+      case OpKind::Full:  // a whole dim's extent (op.axis) is read at run time in a general variant
+        e = rt_ && op.axis >= 0 ? convert(extent(op.axis), DType::i64, r.dtype) : literal(op.number, r.dtype);
+        break;
       case OpKind::ScalarArg: e = scalar_name(op.scalar); break;
       case OpKind::TileIndex: e = global_index(op.axis); break;
       case OpKind::TileBegin: e = fmt::format("o_{}", axis(op.axis)); break;
@@ -753,7 +890,7 @@ class Generator {
     ++indent_;
     for (const ir::Op* op : array_red) {
       const ir::Value& r = k_.value(op->result);
-      line(fmt::format("for (int64_t j = 0; j < {}; ++j) m{}[j] = {};", p_.block_elements(op->result),
+      line(fmt::format("for (int64_t j = 0; j < {}; ++j) m{}[j] = {};", value_count(op->result).text(),
                        op->result, identity(op->reduce, r.dtype)));
     }
     std::string pragma;
@@ -966,7 +1103,16 @@ class Generator {
     return t == DType::bf16 ? "dt::gemm::BF16" : t == DType::f16 ? "dt::gemm::F16" : "dt::gemm::F32";
   }
   std::string count(int a) const { return a == ir::kOne ? "1" : "n_" + axis(a); }
-  int64_t extent_of(int a) const { return a == ir::kOne ? 1 : p_.storage_extent(a); }
+  int64_t extent_of(int a) const {
+    if (a != ir::kOne && runtime_whole(a)) refuse_whole_dot(a);
+    return a == ir::kOne ? 1 : p_.storage_extent(a);
+  }
+  [[noreturn]] void refuse_whole_dot(int a) const {
+    throw ConfigError(fmt::format("kernel '{}': a general variant (any sizes) cannot multiply blocks spanning the whole "
+                                  "dim {}: the micro-kernel's packed layout is sized by it",
+                                  k_.name, axis(a)),
+                      "", "build this kernel's shapes one by one");
+  }
   // Elements between neighbours along `axis` in a tensor read by `op` (0 if it does not vary).
   std::string tensor_stride(const ir::Op& op, int a) const {
     int64_t st = 0;
@@ -987,6 +1133,7 @@ class Generator {
     for (size_t i = dims.size(); i-- > 0;) {
       if (dims[i] == ir::kOne) continue;
       if (dims[i] == a) return st;
+      if (runtime_whole(dims[i])) refuse_whole_dot(dims[i]);
       st *= storage_extent(sv, dims[i]);
     }
     return 0;

@@ -29,7 +29,10 @@ std::string entry_name(const plan::Plan& p);
 // `const int64_t* sizes`: the extent of every axis of the kernel IR in order, then each host
 // tensor's dims, then its strides (elements; tensors are contiguous). It reads every size from
 // there, so one compiled function serves every shape; a plan that keeps something sized by
-// the shape in fast memory (a resident operand, ordered atomic adds) is a ConfigError.
+// the shape in fast memory (a resident operand) is a ConfigError. Arrays over a whole dim are
+// sized at run time, so the source also exports `long <entry>_scratch_per_thread(const int64_t*
+// sizes)`: the scratch_per_thread a call at those sizes takes (fast memory, then each thread's
+// copies of the ordered atomic-add targets).
 struct GenerateOptions {
   std::string entry;  // the entry point's name (default entry_name)
   bool runtime_sizes = false;

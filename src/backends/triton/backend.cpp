@@ -158,6 +158,11 @@ std::string TritonBackend::describe(const plan::Plan& p) const {
 
 std::string TritonBackend::emit(const plan::Plan& p) const { return generate(p, default_gpu()); }
 
+backends::AotVariant TritonBackend::emit_aot(const plan::Plan& p, const std::string& entry, bool general) const {
+  (void)entry;
+  return {generate(p, default_gpu(), general), "run", 0, 1, {}, {}};
+}
+
 std::unique_ptr<backends::Executable> TritonBackend::compile(const plan::Plan& p) const {
   std::string source = generate(p, default_gpu());
   python::RunnerSpec spec = runner_spec("interpret");

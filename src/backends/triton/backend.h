@@ -50,6 +50,8 @@ class TritonBackend : public backends::Backend {
   // unless interpret, the runner's probe of torch.cuda (once per process).
   Device device() const;
   std::string emit(const plan::Plan& p) const override;
+  // A general variant is a module for any sizes (generate's `general`).
+  backends::AotVariant emit_aot(const plan::Plan& p, const std::string& entry, bool general) const override;
   std::string aot_language() const override { return "python"; }  // its modules, for deploying
   // Writes the module to the on-disk cache (cache_root()/triton) and returns an executable that
   // runs it through the runner. Throws CompileError when the Python environment is missing, or

@@ -219,13 +219,17 @@ struct AxisInfo {
   int loop = -1;         // the tile loop, or -1 for whole and fixed dims
   ir::ValueId end = -1;  // an end computed on the device (an inner loop's bound)
   ir::ValueId begin_value = -1;  // a begin computed on the device (then `begin` is 0)
+  // A general module's whole dim: its block is the launcher's, the dim's size rounded up to a
+  // power of two (at least `block`), as a tl.constexpr.
+  bool sized_at_call = false;
 };
 
 using plan::ReduceLoop;
 
 class Analysis {
  public:
-  explicit Analysis(const plan::Plan& p) : p(p), k(p.kernel) {
+  // general: a module for any sizes (ahead-of-time builds): sizes are arguments of the kernel.
+  Analysis(const plan::Plan& p, bool general) : p(p), k(p.kernel), general(general) {
     const ir::Loop& grid = k.grid_loop();
     for (size_t i = 0; i < grid.axes.size(); ++i)
       if (grid.begin[i].value >= 0 || grid.end[i].value >= 0)
@@ -265,7 +269,10 @@ class Analysis {
         // A whole (persistent) or fixed dim: one block, padded to a power of two and masked.
         in.block = next_pow2(std::max<int64_t>(ax.extent, 1));
         in.masked = in.block != ax.extent;
+        if (general && ax.kind == ir::AxisKind::Reduction) in.sized_at_call = true;
       }
+      // Any size may leave a partial block: every block is masked.
+      if (general && ax.kind != ir::AxisKind::Fixed && !in.scalar) in.masked = true;
     }
     // tl.dot's operands hold at least 16 x 16: padded whole dims grow to it, tiled ones are
     // the config's to choose (check()).
@@ -277,8 +284,8 @@ class Analysis {
                       "multiplies along a dim of one element (tl.dot needs blocks of at least 16 x 16)",
                       format_location(op.loc), "give the product's dims a block, or run this kernel on the cpu target");
         AxisInfo& in = axes[size_t(d)];
-        if (in.loop < 0 && !in.looped && in.block < kMinDotBlock) {
-          in.block = kMinDotBlock;
+        if (in.loop < 0 && !in.looped && (in.block < kMinDotBlock || in.sized_at_call)) {
+          in.block = in.sized_at_call ? kMinDotBlock : std::max(in.block, kMinDotBlock);
           in.masked = true;
         }
       }
@@ -291,6 +298,21 @@ class Analysis {
                       fmt::format("writes {} at indices it reads from a tensor", k.tensors[size_t(op.tensor)].name),
                       format_location(op.loc));
     }
+    if (general) {
+      auto refuse = [&](const std::string& what, const std::source_location& loc) {
+        throw ConfigError(fmt::format("triton: a general module (any sizes) cannot {}", what), format_location(loc),
+                          "build this kernel's shapes one by one (each has its module)");
+      };
+      for (size_t i = 0; i < grid.axes.size(); ++i)
+        if (grid.begin[i].constant != 0 || grid.end[i].constant != k.axes[size_t(grid.axes[i])].extent)
+          refuse("run a grid over part of a dim", grid.loc);
+      for (const ir::Op& op : k.ops) {
+        if (op.kind != OpKind::Dot || op.result < 0) continue;
+        const std::vector<int>& r = k.value(op.result).dims;
+        for (size_t i = 0; i + 2 < r.size(); ++i)
+          if (r[i] != ir::kOne && axes[size_t(r[i])].sized_at_call) refuse("batch a product over a whole dim", op.loc);
+      }
+    }
     plan::ReduceLoops r = plan::find_reduce_loops(p);
     if (r.problem) throw ConfigError("triton: " + r.problem->message(), r.problem->where(), r.problem->hint());
     reduce_loops = std::move(r.loops);
@@ -299,6 +321,7 @@ class Analysis {
 
   const plan::Plan& p;
   const ir::Kernel& k;
+  const bool general;
   std::vector<AxisInfo> axes;
   std::vector<ReduceLoop> reduce_loops;
   std::map<int, int> reduce_loop_of_op;  // op -> its entry of reduce_loops
@@ -453,7 +476,28 @@ class Generator {
   }
   std::string axis_end(int a) const {
     const AxisInfo& in = an_.axes[size_t(a)];
-    return in.end >= 0 ? names_.at(in.end) : fmt::format("{}", k_.axes[size_t(a)].extent);
+    return in.end >= 0 ? names_.at(in.end) : extent(a);
+  }
+  // An axis' extent: a number, or in a general module the kernel's argument E_<axis> (a fixed
+  // dim keeps its number).
+  bool general() const { return an_.general; }
+  bool runtime_extent(int a) const { return general() && k_.axes[size_t(a)].kind != ir::AxisKind::Fixed; }
+  std::string extent(int a) const {
+    return runtime_extent(a) ? "E_" + axis_name(a) : fmt::format("{}", k_.axes[size_t(a)].extent);
+  }
+  // Blocks along an axis (from its loop's first element): a number, or tl.cdiv of its size.
+  std::string block_count(int a) const {
+    if (!runtime_extent(a)) return fmt::format("{}", an_.blocks(a));
+    int64_t begin = an_.axes[size_t(a)].begin;
+    return fmt::format("tl.cdiv({}{}, {})", extent(a), begin ? fmt::format(" - {}", begin) : "", axis_const(a));
+  }
+  // Stride of dim d of tensor t: a number (contiguous), or a general module's argument.
+  std::string stride(int t, size_t d) const {
+    const ir::HostTensor& x = k_.tensors[size_t(t)];
+    if (general() && d + 1 < x.shape.size()) return fmt::format("{}_stride{}", py_name(x.name), d);
+    int64_t s = 1;
+    for (size_t i = d + 1; i < x.shape.size(); ++i) s *= x.shape[i];
+    return fmt::format("{}", s);
   }
 
   // offs_<axis>: the element indices of the current block (a scalar for hl::grid axes).
@@ -585,11 +629,17 @@ class Generator {
     scopes_.pop_back();
     int64_t blocks = rl.blocks;
     if (!lines.empty() && !lines.back().empty()) lines.push_back("");
-    lines.push_back(fmt::format("# {} over {} block by block ({} block{} of {}{})", fmt::join(does, ", "), ax.name, blocks,
-                                blocks == 1 ? "" : "s", axis_const(rl.axis),
-                                an_.axes[size_t(rl.axis)].masked ? ", the last one partial" : ""));
+    if (general())
+      lines.push_back(fmt::format("# {} over {} block by block (blocks of {})", fmt::join(does, ", "), ax.name,
+                                  axis_const(rl.axis)));
+    else
+      lines.push_back(fmt::format("# {} over {} block by block ({} block{} of {}{})", fmt::join(does, ", "), ax.name, blocks,
+                                  blocks == 1 ? "" : "s", axis_const(rl.axis),
+                                  an_.axes[size_t(rl.axis)].masked ? ", the last one partial" : ""));
     lines.insert(lines.end(), before.begin(), before.end());
-    lines.push_back(fmt::format("for {} in tl.range(0, {}):", looped_index(rl.axis), blocks));
+    lines.push_back(fmt::format("for {} in tl.range(0, {}):", looped_index(rl.axis),
+                                general() ? fmt::format("tl.cdiv({}, {})", extent(rl.axis), axis_const(rl.axis))
+                                          : fmt::format("{}", blocks)));
     for (const std::string& l : inside) lines.push_back("    " + l);
     lines.push_back("");
   }
@@ -609,7 +659,7 @@ class Generator {
       lines.push_back(fmt::format("{} = {}  # carried by the loop over {}", name(c->phi),
                                   align(name(c->init), k_.value(c->init).dims, k_.value(c->phi).dims, true, *any),
                                   k_.axes[size_t(a)].name));
-    std::string trips = fmt::format("{}", an_.blocks(a));
+    std::string trips = block_count(a);
     if (in.end >= 0) {
       std::string end = names_.at(in.end);
       std::string begin = in.begin_value >= 0 ? names_.at(in.begin_value) : fmt::format("{}", in.begin);
@@ -655,7 +705,7 @@ class Generator {
   // descriptor checks: slices, and loop ends computed on the device, keep plain pointers), of
   // 2 to 5 dims with 16-byte aligned rows and block rows (what TMA takes); else "".
   std::string descriptor(const ir::Op& op) const {
-    if (!descriptors() || op.atomic_add || (op.kind != OpKind::Load && op.kind != OpKind::Store)) return "";
+    if (!descriptors() || general() || op.atomic_add || (op.kind != OpKind::Load && op.kind != OpKind::Store)) return "";
     const ir::HostTensor& t = k_.tensors[size_t(op.tensor)];
     const plan::BlockSpec& s = *p_.spec_for_op(int(&op - k_.ops.data()));
     int64_t bytes = dtype_size(t.dtype);
@@ -712,19 +762,15 @@ class Generator {
       std::string aligned = align(m, {axis}, dims, false, op);
       if (std::find(masks.begin(), masks.end(), aligned) == masks.end()) masks.push_back(aligned);
     };
-    int64_t stride = 1;
-    std::vector<int64_t> strides(t.shape.size());
-    for (size_t d = t.shape.size(); d-- > 0;) {
-      strides[d] = stride;  // the module takes contiguous tensors
-      stride *= t.shape[d];
-    }
     for (size_t d = 0; d < s.index_map.size(); ++d) {
       const plan::IndexTerm& e = s.index_map[d];
-      std::string times = strides[d] == 1 ? "" : fmt::format(" * {}", strides[d]);
+      std::string st = stride(op.tensor, d);  // the module takes contiguous tensors
+      std::string times = st == "1" ? "" : " * " + st;
       std::string term;
       switch (e.kind) {
         case plan::IndexTerm::Kind::Constant:
-          if (e.constant != 0) term = fmt::format("{}", e.constant * strides[d]);
+          if (e.constant != 0) term = st.find('_') == std::string::npos ? fmt::format("{}", e.constant * std::stoll(st))
+                                                                         : fmt::format("{}{}", e.constant, times);
           break;
         case plan::IndexTerm::Kind::Scalar: {
           std::string v = e.grid_axis >= 0 && an_.axes[size_t(e.grid_axis)].scalar ? block_start(e.grid_axis)
@@ -1057,9 +1103,10 @@ class Generator {
         what = "load " + shown(t.name);
         break;
       }
-      case OpKind::Full:
+      case OpKind::Full:  // a whole dim's extent (op.axis) is an argument in a general module
         e = fmt::format("tl.full({}, {}, {})", r.dims.empty() ? "()" : py_tuple(shape_of(r.dims)),
-                        literal(op.number, kernel_type(r.dtype)), tl_type(kernel_type(r.dtype)));
+                        op.axis >= 0 && runtime_extent(op.axis) ? extent(op.axis) : literal(op.number, kernel_type(r.dtype)),
+                        tl_type(kernel_type(r.dtype)));
         break;
       case OpKind::ScalarArg:
         e = py_name(k_.scalars[size_t(op.scalar)].name);
@@ -1077,7 +1124,7 @@ class Generator {
         break;
       case OpKind::TileEnd: {
         const AxisInfo& ax = an_.axes[size_t(op.axis)];
-        e = ax.loop < 0 ? fmt::format("{}", k_.axes[size_t(op.axis)].extent)
+        e = ax.loop < 0 ? extent(op.axis)
                         : fmt::format("tl.minimum({} + {}, {})", block_start(op.axis), axis_const(op.axis), axis_end(op.axis));
         what = "tile_end " + k_.axes[size_t(op.axis)].name;
         break;
@@ -1148,28 +1195,37 @@ class Generator {
   std::vector<std::string> tensor_comments() const {
     std::vector<std::string> lines;
     for (const ir::HostTensor& t : k_.tensors)
-      lines.push_back(fmt::format("{} {}: {}[{}]{}", t.role == ir::HostRole::Input ? "input " : "output", shown(t.name),
-                                  dtype_name(t.dtype), fmt::join(t.shape, ", "),
+      lines.push_back(fmt::format("{} {}: {}{}{}", t.role == ir::HostRole::Input ? "input " : "output", shown(t.name),
+                                  dtype_name(t.dtype),
+                                  general() ? fmt::format(", rank {}", t.shape.size()) : fmt::format("[{}]", fmt::join(t.shape, ", ")),
                                   t.fill ? fmt::format(" (starts at {})", literal(*t.fill, t.dtype)) : ""));
     for (const ir::ScalarParam& s : k_.scalars) lines.push_back(fmt::format("scalar {}: {}", shown(s.name), dtype_name(s.dtype)));
     return lines;
   }
 
   std::string header() const {
-    std::string out = fmt::format("# Kernel '{}', generated by Deuteron for the triton target.\n", shown(k_.name));
+    std::string out = fmt::format("# Kernel '{}', generated by Deuteron for the triton target{}.\n", shown(k_.name),
+                                  general() ? ": a general module, for any sizes (run(..., sizes=...))" : "");
     out += fmt::format("# config: {}\n", p_.config.dump());
     for (const std::string& l : tensor_comments()) out += "# " + l + "\n";
-    std::vector<std::string> g;
-    for (size_t i = 0; i < p_.grid_axes.size(); ++i)
-      g.push_back(fmt::format("{}: {}", k_.axes[size_t(p_.grid_axes[i])].name, p_.grid_blocks[i]));
-    out += fmt::format("# grid: {} programs ({}), last axis fastest{}\n", p_.grid_size(), fmt::join(g, ", "),
-                       grouped() ? fmt::format("; grouped {} at a time along {}", an_.grid_group(),
-                                               k_.axes[size_t(p_.grid_axes[p_.grid_axes.size() - 2])].name)
-                                 : "");
-    Footprint f = footprint(an_);
-    out += fmt::format("# {} (estimate)\n", f.describe(gpu_));
-    out += "# Partial and padded blocks are masked: loads read 0 there, stores skip them, and\n";
-    out += "# reductions and products ignore them.\n";
+    if (general()) {
+      out += "# grid: tl.cdiv(size, block) programs per tiled axis, last axis fastest; sizes are the kernel's\n";
+      out += "# arguments E_<axis>, a whole dim's block the launcher's (its size, to a power of two).\n";
+      out += "# Every block is masked: loads read 0 past the end, stores skip it, and reductions and\n";
+      out += "# products ignore it.\n";
+    } else {
+      std::vector<std::string> g;
+      for (size_t i = 0; i < p_.grid_axes.size(); ++i)
+        g.push_back(fmt::format("{}: {}", k_.axes[size_t(p_.grid_axes[i])].name, p_.grid_blocks[i]));
+      out += fmt::format("# grid: {} programs ({}), last axis fastest{}\n", p_.grid_size(), fmt::join(g, ", "),
+                         grouped() ? fmt::format("; grouped {} at a time along {}", an_.grid_group(),
+                                                 k_.axes[size_t(p_.grid_axes[p_.grid_axes.size() - 2])].name)
+                                   : "");
+      Footprint f = footprint(an_);
+      out += fmt::format("# {} (estimate)\n", f.describe(gpu_));
+      out += "# Partial and padded blocks are masked: loads read 0 there, stores skip them, and\n";
+      out += "# reductions and products ignore them.\n";
+    }
     out += "import torch\n";
     out += "import triton\n";
     out += "import triton.language as tl\n\n";
@@ -1182,7 +1238,10 @@ class Generator {
       const ir::Axis& ax = k_.axes[a];
       const AxisInfo& in = an_.axes[a];
       std::string what;
-      if (in.scalar) {
+      if (in.sized_at_call) continue;  // the launcher's: from the call's size
+      if (general() && !in.scalar && ax.kind != ir::AxisKind::Fixed) {
+        what = fmt::format("{} dim {}: any size", in.looped ? "looped reduction" : in.grid ? "tiled" : "inner-loop", ax.name);
+      } else if (in.scalar) {
         what = fmt::format("grid index {}: one element per program", ax.name);
       } else if (in.loop >= 0 || in.looped) {
         int64_t blocks = an_.blocks(int(a));
@@ -1201,6 +1260,21 @@ class Generator {
     return out;
   }
 
+  // A product as an operand of % or //: parenthesised when it is one.
+  static std::string grouped_term(const std::string& x) { return x.find(' ') == std::string::npos ? x : "(" + x + ")"; }
+
+  // A general module's size arguments: the extent of every axis but the fixed ones, then the
+  // strides of each tensor's dims but its last.
+  std::vector<std::string> size_args() const {
+    std::vector<std::string> out;
+    if (!general()) return out;
+    for (size_t a = 0; a < k_.axes.size(); ++a)
+      if (runtime_extent(int(a))) out.push_back(extent(int(a)));
+    for (size_t t = 0; t < k_.tensors.size(); ++t)
+      for (size_t d = 0; d + 1 < k_.tensors[t].shape.size(); ++d) out.push_back(stride(int(t), d));
+    return out;
+  }
+
   bool loops() const {
     return std::any_of(k_.loops.begin(), k_.loops.end(), [](const ir::Loop& l) { return !l.grid; });
   }
@@ -1212,33 +1286,44 @@ class Generator {
     Lines out = {"pid = tl.program_id(0)"};
     size_t n = p_.grid_axes.size();
     auto pid = [&](size_t i) { return "pid_" + axis_name(p_.grid_axes[i]); };
-    auto blocks = [&](size_t i) { return p_.grid_blocks[i]; };
+    // Blocks along grid axis i: a number, or in a general module counted from its size.
+    auto blocks = [&](size_t i) {
+      return runtime_extent(p_.grid_axes[i]) ? "G_" + axis_name(p_.grid_axes[i]) : fmt::format("{}", p_.grid_blocks[i]);
+    };
+    auto product = [](const std::string& a, const std::string& b) {
+      if (a.find_first_not_of("0123456789") == std::string::npos && b.find_first_not_of("0123456789") == std::string::npos)
+        return fmt::format("{}", std::stoll(a) * std::stoll(b));
+      return fmt::format("{} * {}", a, b);
+    };
+    if (general())
+      for (size_t i = 0; i < n; ++i)
+        if (runtime_extent(p_.grid_axes[i]))
+          out.push_back(fmt::format("{} = {}  # blocks along {}", blocks(i), block_count(p_.grid_axes[i]),
+                                    k_.axes[size_t(p_.grid_axes[i])].name));
     if (n == 1) {
       out.push_back(fmt::format("{} = pid  # block index along {}", pid(0), k_.axes[size_t(p_.grid_axes[0])].name));
       return out;
     }
     size_t inner = grouped() ? n - 2 : n - 1;  // axes from `inner` on are decoded together
-    int64_t stride = 1;
-    std::string rest = "pid";
-    for (size_t i = n; i-- > inner + 1;) stride *= blocks(i);
+    std::string stride;
     if (grouped()) {
-      int64_t m = blocks(n - 2), nn = blocks(n - 1), group = an_.grid_group();
-      std::string local = inner == 0 ? "pid" : fmt::format("pid % {}", m * nn);
-      out.push_back(fmt::format("in_group = {} % {}  # {} rows of {} blocks form a group", local, group * nn, group,
-                                k_.axes[size_t(p_.grid_axes[n - 1])].name));
-      out.push_back(fmt::format("first = ({}) // {} * {}", local, group * nn, group));
+      std::string m = blocks(n - 2), nn = blocks(n - 1), group = fmt::format("{}", an_.grid_group());
+      std::string local = inner == 0 ? "pid" : fmt::format("pid % {}", grouped_term(product(m, nn)));
+      out.push_back(fmt::format("in_group = {} % {}  # {} rows of {} blocks form a group", local,
+                                grouped_term(product(group, nn)), group, k_.axes[size_t(p_.grid_axes[n - 1])].name));
+      out.push_back(fmt::format("first = ({}) // {} * {}", local, grouped_term(product(group, nn)), group));
       out.push_back(fmt::format("rows = tl.minimum({} - first, {})", m, group));
       out.push_back(fmt::format("{} = first + in_group % rows", pid(n - 2)));
       out.push_back(fmt::format("{} = in_group // rows", pid(n - 1)));
-      stride = m * nn;
+      stride = product(m, nn);
     } else {
       out.push_back(fmt::format("{} = pid % {}", pid(n - 1), blocks(n - 1)));
       stride = blocks(n - 1);
     }
     for (size_t i = inner; i-- > 0;) {
-      std::string q = fmt::format("pid // {}", stride);
+      std::string q = stride.find(' ') == std::string::npos ? fmt::format("pid // {}", stride) : fmt::format("pid // ({})", stride);
       out.push_back(fmt::format("{} = {}", pid(i), i == 0 ? q : fmt::format("{} % {}", q, blocks(i))));
-      stride *= blocks(i);
+      stride = product(stride, blocks(i));
     }
     return out;
   }
@@ -1247,6 +1332,7 @@ class Generator {
     std::vector<std::string> params;
     for (const ir::HostTensor& t : k_.tensors) params.push_back(py_name(t.name) + "_ptr");
     for (const ir::ScalarParam& s : k_.scalars) params.push_back(py_name(s.name));
+    for (const std::string& a : size_args()) params.push_back(a);
     for (size_t a = 0; a < k_.axes.size(); ++a) params.push_back(axis_const(int(a)) + ": tl.constexpr");
     if (loops()) params.push_back("NUM_STAGES: tl.constexpr");
     std::string out;
@@ -1280,11 +1366,13 @@ class Generator {
       std::string n = py_name(t.name);
       (t.role == ir::HostRole::Input ? inputs : outputs).push_back(n);
       (t.role == ir::HostRole::Input ? doc_in : doc_out)
-          .push_back(fmt::format("{} {}[{}]", n, dtype_name(t.dtype), fmt::join(t.shape, ", ")));
+          .push_back(general() ? fmt::format("{} {} rank {}", n, dtype_name(t.dtype), t.shape.size())
+                               : fmt::format("{} {}[{}]", n, dtype_name(t.dtype), fmt::join(t.shape, ", ")));
     }
     std::vector<std::string> params = inputs;
     std::vector<std::string> kw;
     for (const ir::ScalarParam& s : k_.scalars) kw.push_back(py_name(s.name));
+    if (general()) kw.push_back("sizes");
     std::string out;
     out += "def _check(name, x, shape, dtype):\n";
     out += "    if tuple(x.shape) != shape or x.dtype != dtype or not x.is_contiguous():\n";
@@ -1294,9 +1382,21 @@ class Generator {
                        kw.empty() ? "" : fmt::format("{}*, {}", params.empty() ? "" : ", ", fmt::join(kw, ", ")));
     out += fmt::format("    \"\"\"{}: {} -> {}.\"\"\"\n", shown(k_.name), fmt::join(doc_in, ", "), fmt::join(doc_out, ", "));
     std::string device = inputs.empty() ? "\"cuda\"" : inputs.front() + ".device";
+    size_t at = k_.axes.size();  // where the tensors' dims start in `sizes`
+    if (general()) {
+      out += "    # sizes: the extent of every axis, then each tensor's dims\n";
+      for (size_t a = 0; a < k_.axes.size(); ++a)
+        if (runtime_extent(int(a))) out += fmt::format("    {} = sizes[{}]\n", extent(int(a)), a);
+      for (size_t a = 0; a < k_.axes.size(); ++a)
+        if (an_.axes[a].sized_at_call)
+          out += fmt::format("    {} = {}  # the whole dim {} in one block\n", axis_const(int(a)),
+                             an_.axes[a].block > 1 ? fmt::format("max(triton.next_power_of_2({}), {})", extent(int(a)), an_.axes[a].block)
+                                                   : fmt::format("triton.next_power_of_2({})", extent(int(a))),
+                             k_.axes[a].name);
+    }
     for (const ir::HostTensor& t : k_.tensors) {
       std::vector<std::string> shape;
-      for (int64_t d : t.shape) shape.push_back(fmt::format("{}", d));
+      for (int64_t d : t.shape) shape.push_back(general() ? fmt::format("sizes[{}]", at++) : fmt::format("{}", d));
       std::string n = py_name(t.name);
       if (t.role == ir::HostRole::Input) {
         out += fmt::format("    _check(\"{}\", {}, {}, {})\n", n, n, py_tuple(shape), torch_type(t.dtype));
@@ -1315,11 +1415,28 @@ class Generator {
     std::vector<std::string> args;
     for (const ir::HostTensor& t : k_.tensors) args.push_back(py_name(t.name));
     for (const ir::ScalarParam& s : k_.scalars) args.push_back(py_name(s.name));
+    if (general()) {
+      for (size_t a = 0; a < k_.axes.size(); ++a)
+        if (runtime_extent(int(a))) args.push_back(extent(int(a)));
+      for (const ir::HostTensor& t : k_.tensors)
+        for (size_t d = 0; d + 1 < t.shape.size(); ++d) args.push_back(fmt::format("{}.stride({})", py_name(t.name), d));
+    }
     for (size_t a = 0; a < k_.axes.size(); ++a) args.push_back(fmt::format("{0}={0}", axis_const(int(a))));
     if (loops()) args.push_back("NUM_STAGES=NUM_STAGES");
     args.push_back("num_warps=NUM_WARPS");
     args.push_back("num_stages=NUM_STAGES");
-    out += fmt::format("    {}[({},)](\n", kernel_name(), p_.grid_size());
+    std::string grid = fmt::format("{}", p_.grid_size());
+    if (general()) {
+      std::vector<std::string> g;
+      for (int a : p_.grid_axes) {
+        int64_t begin = an_.axes[size_t(a)].begin;
+        g.push_back(runtime_extent(a) ? fmt::format("triton.cdiv({}{}, {})", extent(a), begin ? fmt::format(" - {}", begin) : "",
+                                                    axis_const(a))
+                                      : fmt::format("{}", an_.blocks(a)));
+      }
+      grid = g.empty() ? "1" : fmt::format("{}", fmt::join(g, " * "));
+    }
+    out += fmt::format("    {}[({},)](\n", kernel_name(), grid);
     for (const std::string& a : args) out += fmt::format("        {},\n", a);
     out += "    )\n";
     out += fmt::format("    return {}\n", outputs.size() == 1 ? outputs[0] : fmt::format("{}", fmt::join(outputs, ", ")));
@@ -1338,10 +1455,10 @@ std::string Footprint::describe(const Gpu& g) const {
 
 std::string python_name(const std::string& name) { return py_name(name); }
 
-void check_expressible(const plan::Plan& p) { Analysis an(p); }
+void check_expressible(const plan::Plan& p) { Analysis an(p, false); }
 
 Footprint check(const plan::Plan& p, const Gpu& g) {
-  Analysis an(p);
+  Analysis an(p, false);
   const ir::Kernel& k = p.kernel;
   auto fail = [&](const std::string& rule, const std::string& hint) {
     throw ConfigError("triton: " + rule, format_location(k.loc), hint);
@@ -1378,8 +1495,8 @@ Footprint check(const plan::Plan& p, const Gpu& g) {
   return f;
 }
 
-std::string generate(const plan::Plan& p, const Gpu& g) {
-  Analysis an(p);
+std::string generate(const plan::Plan& p, const Gpu& g, bool general) {
+  Analysis an(p, general);
   return Generator(an, g).run();
 }
 

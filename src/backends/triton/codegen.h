@@ -52,7 +52,14 @@ void check_expressible(const plan::Plan& p);
 Footprint check(const plan::Plan& p, const Gpu& g);
 
 // The Python module. Stable: the same plan and GPU give byte-identical text.
-std::string generate(const plan::Plan& p, const Gpu& g);
+//
+// `general` (ahead-of-time builds): a module for any sizes. Its `run` takes one more keyword,
+// `sizes`: the extent of every axis of the kernel IR, then each host tensor's dims. The kernel
+// takes the extents and the tensors' strides as arguments, masks every block, counts its grid
+// and loop trips with tl.cdiv, and the launcher sizes a whole dim's block (a persistent
+// reduction) as the dim rounded up to a power of two (a tl.constexpr: Triton compiles one
+// kernel per such block).
+std::string generate(const plan::Plan& p, const Gpu& g, bool general = false);
 
 // The Python identifier the module uses for an IR name (tensors, scalars, axes).
 std::string python_name(const std::string& name);
