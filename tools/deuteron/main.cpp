@@ -321,12 +321,15 @@ int cmd_roofline(bool json, bool remeasure) {
     j.update({{"peak_gflops", r.peak_gflops},
               {"peak_gflops_1core", r.peak_gflops_1core},
               {"copy_gbps", r.copy_gbps},
-              {"copy_gbps_1core", r.copy_gbps_1core}});
+              {"copy_gbps_1core", r.copy_gbps_1core},
+              {"read_gbps", r.read_gbps}});
     std::cout << j.dump() << "\n";
   } else {
     fmt::print("{}\n", r.hardware);
     fmt::print("  f32 FMA peak: {:.1f} GFLOP/s ({:.1f} on one core)\n", r.peak_gflops, r.peak_gflops_1core);
     fmt::print("  copy bandwidth: {:.1f} GB/s ({:.1f} on one core)\n", r.copy_gbps, r.copy_gbps_1core);
+    if (r.read_gbps > 0) fmt::print("  read bandwidth: {:.1f} GB/s\n", r.read_gbps);
+    if (!r.spread.empty()) fmt::print("  {}\n", r.spread);
   }
   return 0;
 }
