@@ -54,7 +54,7 @@ def run(binary, kernel, shape, cpus, repeat, env, config=None):
     """One `deuteron run` pinned to `cpus`; its JSON object (or raises with its stderr)."""
     cmd = [binary, "run", kernel, "--shape", ",".join(map(str, shape)), "--dtype", "float32", "--json",
            "--repeat", str(repeat)]
-    if config is not None:
+    if config is not None:  # a timed run of the config the first (checked) run used
         cmd += ["--config", json.dumps(config, separators=(",", ":")), "--no-check"]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800,
                        preexec_fn=lambda: os.sched_setaffinity(0, cpus))
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
             shape = spec["shape"](size)
             row = {"kernel": k, "shape": shape, "work": spec["work"](shape), "unit": spec["unit"], "threads": {}}
             configs, correct = {}, {}
-            for t, cpu_set in threads.items():  # the first run compiles (and checks) each config
+            for t, cpu_set in threads.items():  # the first run compiles each config
                 j = run(args.deuteron, k, shape, cpu_set, 2, env)
                 configs[t], correct[t] = j["config"], j["correct"]
             times = {1: [], 2: []}
@@ -155,7 +155,8 @@ def write_markdown(path, result):
         for t in (1, 2):
             v = r["threads"][t]
             rel = f"{v['per_work_rel']:.2f}"
-            cells += [f"{v['median_ms']:.2f}" + ("" if v["correct"] else " WRONG"), f"**{rel}**" if v["cliff"] else rel]
+            cells += [f"{v['median_ms']:.2f}" + ("" if v["correct"] else " WRONG"),
+                      f"**{rel}**" if v["cliff"] else rel]
         cells.append(f"{r['speedup_2_over_1']:.2f}x")
         L.append("| " + " | ".join(cells) + " |")
     L += ["", f"Command: `{meta['command']}` ({meta['wall_s']:.0f} s)."]

@@ -33,13 +33,16 @@ def median(xs):
     return None if not n else xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
 
 
-def run(binary, kernel, repeat, env):
-    cmd = [binary, "run", kernel, "--shape", SHAPES[kernel], "--dtype", "float32", "--json", "--no-check",
-           "--repeat", str(repeat)]
+def run(binary, kernel, repeat, env, check=False):
+    cmd = [binary, "run", kernel, "--shape", SHAPES[kernel], "--dtype", "float32", "--json",
+           "--repeat", str(repeat)] + ([] if check else ["--no-check"])
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     for line in reversed(p.stdout.strip().splitlines()):
         if line.startswith("{"):
-            return json.loads(line)["median_ms"]
+            j = json.loads(line)
+            if j["correct"] is False:
+                raise RuntimeError(f"{' '.join(cmd)}: WRONG output")
+            return j["median_ms"]
     raise RuntimeError(f"{' '.join(cmd)}: {p.stderr.strip()[-400:]}")
 
 
@@ -57,9 +60,9 @@ def main() -> int:
     reps = {"add": 20, "softmax": 20, "matmul": 6}
     load = [os.getloadavg()]
     times = {}  # (kernel, condition, variant) -> [median_ms per run]
-    for k in kernels:  # compile every variant first (not timed)
+    for k in kernels:  # compile every variant first (not timed), checked against the reference
         for v, extra in VARIANTS.items():
-            run(args.deuteron, k, 1, dict(base, **extra))
+            run(args.deuteron, k, 1, dict(base, **extra), check=v != "dynamic+passive")
     for r in range(args.rounds):
         for cond in ("quiet", "busy") if r % 2 == 0 else ("busy", "quiet"):
             spinner = None
