@@ -22,9 +22,20 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SHAPES = {"add": "4096,4096", "softmax": "8192,2560", "matmul": "2048,2048,2048"}
-VARIANTS = {"static": {"DEUTERON_CPU_SCHEDULE": "static"},
-            "dynamic": {"DEUTERON_CPU_SCHEDULE": "dynamic"},
+# GOMP_SPINCOUNT=300000 is libgomp's default spin (OMP_WAIT_POLICY unset), spelled out so that the
+# CLI keeps it (it chooses passive waiting when neither variable is set).
+VARIANTS = {"static": {"DEUTERON_CPU_SCHEDULE": "static", "GOMP_SPINCOUNT": "300000"},
+            "dynamic": {"DEUTERON_CPU_SCHEDULE": "dynamic", "GOMP_SPINCOUNT": "300000"},
+            "static+passive": {"DEUTERON_CPU_SCHEDULE": "static", "OMP_WAIT_POLICY": "passive"},
             "dynamic+passive": {"DEUTERON_CPU_SCHEDULE": "dynamic", "OMP_WAIT_POLICY": "passive"}}
+
+
+def busy_seconds():
+    """CPU seconds the whole machine and this process with its children have used."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    t = os.times()
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK"), t.user + t.system + t.children_user + t.children_system
 
 
 def median(xs):
@@ -57,12 +68,14 @@ def main() -> int:
     cpu0 = sorted(os.sched_getaffinity(0))[0]
     base = dict(os.environ, DEUTERON_AUTOTUNE_EFFORT="none")
     base.pop("OMP_WAIT_POLICY", None)
+    base.pop("GOMP_SPINCOUNT", None)
     reps = {"add": 20, "softmax": 20, "matmul": 6}
     load = [os.getloadavg()]
     times = {}  # (kernel, condition, variant) -> [median_ms per run]
+    others = {"quiet": [], "busy": []}  # cores used by other processes (the busy loop included)
     for k in kernels:  # compile every variant first (not timed), checked against the reference
         for v, extra in VARIANTS.items():
-            run(args.deuteron, k, 1, dict(base, **extra), check=v != "dynamic+passive")
+            run(args.deuteron, k, 1, dict(base, **extra), check="passive" not in v)
     for r in range(args.rounds):
         for cond in ("quiet", "busy") if r % 2 == 0 else ("busy", "quiet"):
             spinner = None
@@ -70,6 +83,7 @@ def main() -> int:
                 spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"],
                                            preexec_fn=lambda: os.sched_setaffinity(0, {cpu0}))
                 time.sleep(0.2)
+            m0, o0, w0 = *busy_seconds(), time.perf_counter()
             try:
                 for k in kernels:
                     order = list(VARIANTS) if r % 2 == 0 else list(reversed(VARIANTS))
@@ -77,6 +91,8 @@ def main() -> int:
                         t = run(args.deuteron, k, reps.get(k, 10), dict(base, **VARIANTS[v]))
                         times.setdefault((k, cond, v), []).append(t)
             finally:
+                m1, o1 = busy_seconds()
+                others[cond].append(max(0.0, ((m1 - m0) - (o1 - o0)) / (time.perf_counter() - w0)))
                 if spinner:
                     spinner.kill()
                     spinner.wait()
@@ -86,7 +102,9 @@ def main() -> int:
     L = ["# The grid's schedule: static against dynamic chunks, quiet and with one core busy", "",
          f"{time.strftime('%Y-%m-%d %H:%M')}; default configs (2 threads), {args.rounds} interleaved rounds, "
          f"medians of `deuteron run --repeat` medians; load average before {[round(x, 2) for x in load[0]]}, "
-         f"after {[round(x, 2) for x in load[1]]}. Busy: a Python busy loop pinned to CPU {cpu0}.", "",
+         f"after {[round(x, 2) for x in load[1]]}. Busy: a Python busy loop pinned to CPU {cpu0}. Cores other "
+         f"processes used (median over rounds): quiet {median(others['quiet']):.2f}, busy {median(others['busy']):.2f} "
+         "(the busy loop included).", "",
          "| kernel | condition | " + " | ".join(f"{v} ms" for v in VARIANTS) + " | " +
          " | ".join(f"{v} / static" for v in VARIANTS if v != "static") + " |",
          "|---|---|" + "---|" * (2 * len(VARIANTS) - 1)]
@@ -106,7 +124,8 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "schedule_ab.md").write_text("\n".join(L) + "\n")
-    (out / "schedule_ab.json").write_text(json.dumps({"rows": result, "load": load}, indent=1) + "\n")
+    (out / "schedule_ab.json").write_text(json.dumps({"rows": result, "load": load, "others_cores": others},
+                                                     indent=1) + "\n")
     print("\n".join(L))
     return 0
 

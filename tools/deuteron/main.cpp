@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <iostream>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
@@ -420,7 +422,22 @@ void add_core_commands(CLI::App& app) {
 
 }  // namespace deuteron::cli
 
+namespace {
+// libgomp reads its wait policy once, as it loads (before main). Its default spins in every
+// barrier for up to 300000 pauses (milliseconds), keeping the core of a thread that finished
+// its chunks busy while the thread it waits for shares a core with another process; waiting
+// passively frees that core (measured with bench/schedule_ab.py, docs/CPU.md). So unless the
+// user chose (OMP_WAIT_POLICY or GOMP_SPINCOUNT), the CLI runs itself again with
+// OMP_WAIT_POLICY=passive; the tuner's runners and compile workers inherit it.
+void wait_passively(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  execv("/proc/self/exe", argv);  // returns only on failure: run on with libgomp's default
+}
+}  // namespace
+
 int main(int argc, char** argv) {
+  wait_passively(argv);
   CLI::App app{"Deuteron: tile-language kernels, compiled for the CPU, Pallas and Triton"};
   app.require_subcommand(1);
   deuteron::cli::add_core_commands(app);
