@@ -789,8 +789,9 @@ def write_markdown(path, result):
     L.append("")
     roof = meta["roofline"]
     copy = roof.get("copy") or {}
-    spread = (f", slowest-fastest sample {copy['min_gbps']:.1f}-{copy['max_gbps']:.1f} over {roof.get('samples')} samples; "
-              f"read {roof.get('read_gbps', 0):.1f} GB/s" if copy.get("min_gbps") else "")
+    spread = (f": the best of {roof.get('samples')} samples, median {copy['median_gbps']:.1f}, slowest "
+              f"{copy['min_gbps']:.1f}; read {roof.get('read_gbps', 0):.1f} GB/s; other processes kept "
+              f"{roof.get('others_cores', 0):.2f} cores busy meanwhile" if copy.get("min_gbps") else "")
     L.append("Roofline: the kernel's bytes (BW) or flops (FMA; causal attention counts the unmasked half) "
              "from its catalogue definition over "
              f"`deuteron roofline`{' measured at the start of this run' if roof.get('measured_in_this_run') else ' (cached)'} "

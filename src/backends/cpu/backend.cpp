@@ -110,17 +110,17 @@ std::optional<backends::Roofline> CpuBackend::roofline(bool remeasure) const {
                  {"samples", r.samples},
                  {"others_cores", r.others_cores}};
   for (auto [key, b] : {std::pair{"copy", r.copy}, {"copy_nt", r.copy_nt}, {"read", r.read}})
-    out.details[key] = {{"median_gbps", b.median}, {"min_gbps", b.min}, {"max_gbps", b.max}, {"spread", b.spread()}};
+    out.details[key] = {{"best_gbps", b.best}, {"median_gbps", b.median}, {"min_gbps", b.min}, {"spread", b.spread()}};
   out.peak_gflops = r.peak_gflops;
   out.peak_gflops_1core = r.peak_gflops_1core;
-  out.copy_gbps = r.copy.median;
+  out.copy_gbps = r.copy.best;
   out.copy_gbps_1core = r.copy_gbps_1core;
-  out.read_gbps = r.read.median;
+  out.read_gbps = r.read.best;
   out.spread = fmt::format(
-      "medians of {} samples (slowest-fastest): copy {:.1f}-{:.1f}, non-temporal copy {:.1f} ({:.1f}-{:.1f}), "
-      "read {:.1f}-{:.1f} GB/s; other processes kept {:.2f} cores busy",
-      r.samples, r.copy.min, r.copy.max, r.copy_nt.median, r.copy_nt.min, r.copy_nt.max, r.read.min, r.read.max,
-      r.others_cores);
+      "best of {} samples, median and slowest: copy {:.1f}, {:.1f}, {:.1f}; non-temporal copy {:.1f}, {:.1f}, {:.1f}; "
+      "read {:.1f}, {:.1f}, {:.1f} GB/s; other processes kept {:.2f} cores busy",
+      r.samples, r.copy.best, r.copy.median, r.copy.min, r.copy_nt.best, r.copy_nt.median, r.copy_nt.min, r.read.best,
+      r.read.median, r.read.min, r.others_cores);
   return out;
 }
 
@@ -148,7 +148,7 @@ std::optional<model::Hardware> CpuBackend::model_hardware(const plan::Plan& p) c
     footprint += bytes;
   }
   bool in_cache = footprint <= double(info.l3_bytes + info.l2_bytes * info.cores);
-  hw.memory_bytes_per_s = in_cache ? hw.cores * 8 * r.copy_gbps_1core * 1e9 : r.copy.median * 1e9;
+  hw.memory_bytes_per_s = in_cache ? hw.cores * 8 * r.copy_gbps_1core * 1e9 : r.copy.best * 1e9;
   // A grid step of the generated loop: its bounds and pointers (measured: add [130, 1000] in
   // blocks of 32 x 2, 2500 steps in 37 us all told).
   hw.step_seconds = 0.015e-6;

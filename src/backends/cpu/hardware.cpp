@@ -370,19 +370,21 @@ struct Buffer {
 
 enum class Pass { Copy, CopyNt, Read };
 
-// Seconds of one pass over n floats on `threads` threads, each on its own contiguous chunk.
+// Seconds of one pass over n floats on `threads` threads, in 1 MiB chunks handed out as threads
+// free up (as generated kernels hand out grid steps), so that a thread sharing its core with
+// another process does not hold the pass back.
 double timed_pass(const Kernels& k, Pass pass, const float* src, float* dst, size_t n, int threads) {
+  constexpr size_t kChunk = 256 * 1024;  // floats; a multiple of 64, so loads and stores stay aligned
+  const long chunks = long((n + kChunk - 1) / kChunk);
   double t0 = now();
-#pragma omp parallel num_threads(threads)
-  {
-    // Chunks of whole 256-byte groups, so every thread's loads and stores stay aligned.
-    size_t groups = n / 64, t = size_t(thread_id()), nt = size_t(team_size());
-    size_t begin = groups * t / nt * 64, end = groups * (t + 1) / nt * 64;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (long c = 0; c < chunks; ++c) {
+    size_t begin = size_t(c) * kChunk, len = std::min(kChunk, n - begin);
     switch (pass) {
-      case Pass::Copy: k.copy(src + begin, dst + begin, end - begin); break;
-      case Pass::CopyNt: k.copy_nt(src + begin, dst + begin, end - begin); break;
+      case Pass::Copy: k.copy(src + begin, dst + begin, len); break;
+      case Pass::CopyNt: k.copy_nt(src + begin, dst + begin, len); break;
       case Pass::Read: {
-        float v = k.read(src + begin, end - begin);
+        float v = k.read(src + begin, len);
         if (v == -1.0f) g_sink = v;  // keeps the sum alive (the data never sums to -1)
         break;
       }
@@ -394,7 +396,7 @@ double timed_pass(const Kernels& k, Pass pass, const float* src, float* dst, siz
 Bandwidth summarize(std::vector<double> rates) {
   std::sort(rates.begin(), rates.end());
   size_t m = rates.size();
-  return {m % 2 ? rates[m / 2] : 0.5 * (rates[m / 2 - 1] + rates[m / 2]), rates.front(), rates.back()};
+  return {rates.back(), m % 2 ? rates[m / 2] : 0.5 * (rates[m / 2 - 1] + rates[m / 2]), rates.front()};
 }
 
 }  // namespace
@@ -433,15 +435,15 @@ Roofline measure_roofline() {
   want = std::clamp<int64_t>(want, 16 * MiB, 2048 * MiB);
   size_t n = size_t(want) / sizeof(float) / 64 * 64;
   Buffer src(n), dst(n);
-  // First touch with the same split as the passes (NUMA-local pages); writes to both arrays,
-  // since reading untouched memory would hit the shared zero page and overstate bandwidth.
+  // First touch (writes to both arrays: reading untouched memory would hit the shared zero page
+  // and overstate bandwidth).
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (size_t i = 0; i < n; ++i) {
     src.p[i] = float(i & 1023);
     dst.p[i] = 0.0f;
   }
   // One warm-up round, then the kinds interleaved: a disturbance (another process, the host's
-  // other VMs) falls on all of them alike, and the median keeps it out.
+  // other VMs) falls on all of them alike, and the best sample keeps it out.
   constexpr int kSamples = 9;
   const double bytes = double(n) * sizeof(float);
   std::vector<double> copy, copy_nt, read, copy_1core;
@@ -461,7 +463,7 @@ Roofline measure_roofline() {
   out.copy = summarize(copy);
   out.copy_nt = summarize(copy_nt);
   out.read = summarize(read);
-  out.copy_gbps_1core = summarize(copy_1core).median;
+  out.copy_gbps_1core = summarize(copy_1core).best;
   out.samples = kSamples;
   out.others_cores = runtime::others_cores(load_from, runtime::cpu_use());
   return out;
@@ -490,7 +492,7 @@ Roofline roofline(bool remeasure) {
     // A damaged, foreign or old-format file (a NaN figure is written as null) is measured again.
     auto figure = [&](const std::string& key) { return j ? runtime::finite_number(*j, key.c_str()).value_or(0.0) : 0.0; };
     auto bandwidth = [&](const std::string& key) {
-      return Bandwidth{figure(key), figure(key + "_min"), figure(key + "_max")};
+      return Bandwidth{figure(key), figure(key + "_median"), figure(key + "_min")};
     };
     Roofline cached;
     cached.peak_gflops = figure("peak_gflops");
@@ -504,7 +506,7 @@ Roofline roofline(bool remeasure) {
     bool complete = cached.peak_gflops > 0 && cached.peak_gflops_1core > 0 && cached.copy_gbps_1core > 0 &&
                     cached.samples > 0;
     for (const Bandwidth& b : {cached.copy, cached.copy_nt, cached.read})
-      complete = complete && b.median > 0 && b.min > 0 && b.max >= b.median;
+      complete = complete && b.min > 0 && b.median >= b.min && b.best >= b.median;
     if (complete && !runtime::measure_again(!plausible(cached, info.cores), figure("measured_at"))) {
       memo = cached;
       return *memo;
@@ -527,9 +529,9 @@ Roofline roofline(bool remeasure) {
                       {"cores", info.cores},
                       {"measured_at", runtime::unix_now()}};
   for (auto [key, b] : {std::pair{"copy_gbps", r.copy}, {"copy_nt_gbps", r.copy_nt}, {"read_gbps", r.read}}) {
-    j[key] = b.median;
+    j[key] = b.best;
+    j[std::string(key) + "_median"] = b.median;
     j[std::string(key) + "_min"] = b.min;
-    j[std::string(key) + "_max"] = b.max;
   }
   atomic_write(path, j.dump(2) + "\n");
   memo = r;

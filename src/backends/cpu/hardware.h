@@ -29,10 +29,12 @@ struct CpuInfo {
 // Read once with CPUID. $DEUTERON_L2_BYTES overrides l2_bytes; $DEUTERON_CPU_ISA=avx2 masks AVX-512.
 const CpuInfo& cpu_info();
 
-// One bandwidth figure: the median over samples of GB/s, and the slowest and fastest sample.
+// One bandwidth figure over samples, in GB/s: the fastest sample (the figure kept, as STREAM
+// keeps its best time: another process or the host's other VMs only ever slow a pass down), the
+// median and the slowest, which say how disturbed the samples were.
 struct Bandwidth {
-  double median = 0, min = 0, max = 0;
-  double spread() const { return median > 0 ? (max - min) / median : 0; }  // (max - min) / median
+  double best = 0, median = 0, min = 0;
+  double spread() const { return best > 0 ? (best - min) / best : 0; }  // (best - slowest) / best
 };
 
 struct Roofline {
@@ -42,7 +44,7 @@ struct Roofline {
   Bandwidth copy;     // plain stores, as generated kernels write: each line is read before it is written
   Bandwidth copy_nt;  // non-temporal stores: no read of the destination
   Bandwidth read;     // a read-only sum
-  double copy_gbps_1core = 0;  // plain-store copy on one core (median)
+  double copy_gbps_1core = 0;  // plain-store copy on one core (best sample)
   double others_cores = 0;     // cores other processes kept busy while it was measured
   int samples = 0;             // per bandwidth figure
 };
