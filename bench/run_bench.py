@@ -230,6 +230,24 @@ def wait_quiet(limit_s: float, threshold: float = 0.25) -> tuple[float, float]:
     return time.perf_counter() - t0, load
 
 
+class BusyCore:
+    """A competing process for the `with` block: a busy loop pinned to one CPU (as another user's
+    single-threaded job on a shared machine would be)."""
+
+    def __init__(self, cpu: int):
+        self.cpu, self.proc = cpu, None
+
+    def __enter__(self):
+        self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                     preexec_fn=lambda: os.sched_setaffinity(0, {self.cpu}))
+        time.sleep(0.2)  # let it start spinning
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.kill()
+        self.proc.wait()
+
+
 def xla_pool_threads() -> int:
     n = 0
     for t in os.listdir("/proc/self/task"):
@@ -250,6 +268,7 @@ class System:
         self.name, self.fn, self.args, self.sync = name, fn, args, sync
         self.compile_s = None
         self.times = []
+        self.busy_times = []  # the same calls with one core busy (--busy)
         self.error = None
         self.check = None  # {"ok": bool, "max_abs_err": float, ...}
         self.est_ms = None
@@ -259,7 +278,8 @@ class System:
         self.sync(r)
         return r
 
-    def timed(self, n):
+    def timed(self, n, busy=False):
+        times = self.busy_times if busy else self.times
         gc.disable()
         try:
             self.call()  # one untimed call per round, as `deuteron run` warms up
@@ -268,7 +288,7 @@ class System:
                 r = self.call()
                 t1 = time.perf_counter()
                 del r
-                self.times.append((t1 - t0) * 1e3)
+                times.append((t1 - t0) * 1e3)
         finally:
             gc.enable()
 
@@ -350,9 +370,21 @@ class Deuteron:
     # 4. One timed round. Round 0 is this binary's first run on the kernel: it compiles if needed
     #    (its in-process timing excludes that) and fixes the config, which later rounds pass
     #    explicitly (--config) so nothing is re-tuned.
-    def run_round(self, k, reps):
+    def run_round(self, k, reps, busy=False):
         d, name, tool = self.d, self.kernel, self.tool
-        if k > 0 and d.get("config") is None:
+        if (k > 0 or busy) and d.get("config") is None:
+            return
+        if busy:  # the quiet rounds' config, checked there; times kept apart
+            cmd = [tool["binary"], "run", name, "--shape", self.shape_arg, "--dtype", "float32", "--json",
+                   "--repeat", str(reps(self.est_ms)), "--config", json.dumps(d["config"], separators=(",", ":"))]
+            if tool["features"]["no_check"]:
+                cmd += ["--no-check"]
+            j, _, err = deuteron_json(cmd, self.args.deuteron_timeout, self.env)
+            if j is None or j.get("median_ms") is None:
+                self.note(f"run failed with one core busy: {err}")
+                return
+            d.setdefault("busy_round_medians_ms", []).append(j["median_ms"])
+            d.setdefault("busy_times_ms", []).extend(j.get("times_ms", []))
             return
         cmd = [tool["binary"], "run", name, "--shape", self.shape_arg, "--dtype", "float32", "--json",
                "--repeat", str(reps(self.est_ms))]
@@ -447,6 +479,9 @@ class Deuteron:
                 d["invocation_overhead_s"] = median(d["overheads_s"][1:])
                 if d.get("compiled"):
                     d["compile_s"] = max(0.0, d["overheads_s"][0] - d["invocation_overhead_s"])
+        if d.get("busy_round_medians_ms"):
+            d["busy_median_ms"] = median(d["busy_times_ms"]) if d.get("busy_times_ms") else \
+                median(d["busy_round_medians_ms"])
         if d["median_ms"] is not None and not (d.get("check") or {}).get("ok"):
             self.note("output is WRONG: left out of the speedups and geomeans")
 
@@ -567,24 +602,34 @@ def run_kernel(entry, spec, args, ctx) -> dict:
         if seen >= 0.25:
             log(f"{name}: other processes still use {seen:.2f} cores after waiting {waited:.0f} s; timing anyway")
     order = deuterons + live
-    busy0, own0, wall0 = cpu_busy_jiffies(), own_cpu_seconds(), time.perf_counter()
-    for k in range(K):
-        for s in order[k % len(order):] + order[:k % len(order)]:
-            if isinstance(s, Deuteron):
-                s.run_round(k, reps)
-            else:
-                s.timed(reps(s.est_ms))
-    elapsed = time.perf_counter() - wall0
-    hz = os.sysconf("SC_CLK_TCK")
-    foreign = ((cpu_busy_jiffies() - busy0) / hz - (own_cpu_seconds() - own0)) / max(elapsed, 1e-9)
-    row["foreign_load_cores"] = max(0.0, foreign)
-    row["timing_s"] = elapsed
+
+    def timed_rounds(busy):
+        """K interleaved rounds; (seconds, cores other processes used meanwhile)."""
+        busy0, own0, wall0 = cpu_busy_jiffies(), own_cpu_seconds(), time.perf_counter()
+        for k in range(K):
+            for s in order[k % len(order):] + order[:k % len(order)]:
+                if isinstance(s, Deuteron):
+                    s.run_round(k, reps, busy)
+                else:
+                    s.timed(reps(s.est_ms), busy)
+        elapsed = time.perf_counter() - wall0
+        hz = os.sysconf("SC_CLK_TCK")
+        foreign = ((cpu_busy_jiffies() - busy0) / hz - (own_cpu_seconds() - own0)) / max(elapsed, 1e-9)
+        return elapsed, max(0.0, foreign)
+
+    row["timing_s"], row["foreign_load_cores"] = timed_rounds(False)
+    if args.busy:
+        # The same rounds again while a busy loop holds one core (the configs stay the quiet
+        # rounds'): what a shared machine does to each system.
+        with BusyCore(ctx["busy_cpu"]):
+            row["busy_timing_s"], row["busy_foreign_load_cores"] = timed_rounds(True)
 
     for dt in deuterons:
         dt.finish(inputs, want, spec, want_scale)
     del inputs, np_tensors, th, jx
     for s in systems:
         row["systems"][s.name] = {"median_ms": median(s.times) if s.times else None, "runs": len(s.times),
+                                  "busy_median_ms": median(s.busy_times) if s.busy_times else None,
                                   "min_ms": min(s.times) if s.times else None,
                                   "compile_s": s.compile_s, "error": s.error,
                                   "check": s.check}
@@ -603,6 +648,19 @@ def run_kernel(entry, spec, args, ctx) -> dict:
             best = b
     row["best_baseline"] = best
     row["speedup_vs_best"] = (row["systems"][best]["median_ms"] / dm) if (best and dm and d_ok) else None
+    # With one core busy (--busy): the same, from the busy rounds' medians.
+    dbm = d.get("busy_median_ms")
+    busy_best = None
+    for b in BASELINES:
+        sb = row["systems"].get(b)
+        if not sb or not sb.get("busy_median_ms") or not (sb["check"] and sb["check"]["ok"]):
+            continue
+        sb["busy_speedup"] = sb["busy_median_ms"] / dbm if (dbm and d_ok) else None
+        if busy_best is None or sb["busy_median_ms"] < row["systems"][busy_best]["busy_median_ms"]:
+            busy_best = b
+    row["busy_best_baseline"] = busy_best
+    row["busy_speedup_vs_best"] = (row["systems"][busy_best]["busy_median_ms"] / dbm) \
+        if (busy_best and dbm and d_ok) else None
     roof = ctx["roofline"]
     for sname, sv in row["systems"].items():
         t = sv.get("median_ms")
@@ -645,6 +703,11 @@ def summarize(rows, systems):
         g = geomean([r["systems"].get(b, {}).get("speedup") for r in rows])
         out[GEOMEAN_FIELD[b]] = g
     out["geomean_vs_best"] = geomean([r.get("speedup_vs_best") for r in rows])
+    if any(r.get("busy_speedup_vs_best") for r in rows):
+        for b in BASELINES:
+            if b in systems:
+                out["busy_" + GEOMEAN_FIELD[b]] = geomean([r["systems"].get(b, {}).get("busy_speedup") for r in rows])
+        out["busy_geomean_vs_best"] = geomean([r.get("busy_speedup_vs_best") for r in rows])
     if "deuteron_before" in systems:
         out["geomean_after_over_before"] = geomean([r.get("after_over_before") for r in rows])
     return out
@@ -657,6 +720,7 @@ def write_markdown(path, result):
     base = [b for b in base if b in meta["systems"]]
     dsys = [s for s in DEUTERONS if s in meta["systems"]]
     before = "deuteron_before" in dsys
+    busy = any(r.get("busy_speedup_vs_best") is not None or r.get("busy_timing_s") for r in rows)
     L = []
     L.append(f"# Deuteron vs PyTorch eager, torch.compile and jax.jit ({meta['shapes']} shapes, float32)")
     L.append("")
@@ -666,7 +730,8 @@ def write_markdown(path, result):
              f"Speedup = baseline time / Deuteron time (> 1: Deuteron faster).")
     L.append("")
     hdr = ["kernel", "shape"] + [f"{LABEL[s]} ms" for s in dsys] + (["after / before"] if before else []) + \
-          [f"{LABEL[b]} ms" for b in base] + [f"x {LABEL[b]}" for b in base] + \
+          [f"{LABEL[b]} ms" for b in base] + [f"x {LABEL[b]}" for b in base] + ["x fastest"] + \
+          (["x fastest, 1 core busy"] if busy else []) + \
           ["roofline D / " + " / ".join(LABEL[b] for b in base), "other load"]
     L.append("| " + " | ".join(hdr) + " |")
     L.append("|" + "---|" * len(hdr))
@@ -694,13 +759,18 @@ def write_markdown(path, result):
             cells.append(c)
         for b in base:
             cells.append(fmt_x(S.get(b, {}).get("speedup")))
+        cells.append(fmt_x(r.get("speedup_vs_best")))
+        if busy:
+            cells.append(fmt_x(r.get("busy_speedup_vs_best")))
         cells.append(" / ".join(fmt_pct(S.get(s, {}).get("roofline_fraction")) for s in ["deuteron"] + base)
                      + (" (FMA)" if r.get("compute_bound") else " (BW)"))
         cells.append(f"{r.get('foreign_load_cores', 0):.2f}")
         L.append("| " + " | ".join(cells) + " |")
     gb = gm.get("geomean_after_over_before")
     gcells = ["**geomean**", ""] + [""] * len(dsys) + ([f"**{gb:.2f}**" if gb else "-"] if before else []) + \
-             [""] * len(base) + [f"**{fmt_x(gm.get(GEOMEAN_FIELD[b]))}**" for b in base] + ["", ""]
+             [""] * len(base) + [f"**{fmt_x(gm.get(GEOMEAN_FIELD[b]))}**" for b in base] + \
+             [f"**{fmt_x(gm.get('geomean_vs_best'))}**"] + \
+             ([f"**{fmt_x(gm.get('busy_geomean_vs_best'))}**"] if busy else []) + ["", ""]
     L.append("| " + " | ".join(gcells) + " |")
     L.append("")
     L.append(f"Geometric mean speedup of Deuteron over the fastest baseline per kernel: "
@@ -710,10 +780,23 @@ def write_markdown(path, result):
         L.append(f"after / before: this build's time over the baseline build's ({meta.get('deuteron_before')}), "
                  "timed in the same rounds, each on its own tuned or default config (below 1: this build "
                  "is faster).")
+    if busy:
+        L.append("")
+        L.append("With one core busy: " + ", ".join(
+            f"{fmt_x(gm.get('busy_' + GEOMEAN_FIELD[b]))} over {LABEL[b]}" for b in base
+            if gm.get('busy_' + GEOMEAN_FIELD[b])) + f", {fmt_x(gm.get('busy_geomean_vs_best'))} over the fastest "
+            f"(quiet: {fmt_x(gm.get('geomean_vs_best'))}).")
     L.append("")
-    L.append("Roofline: the kernel's bytes (BW) or flops (FMA) from its catalogue definition over "
-             f"`deuteron roofline` ({meta['roofline']['copy_gbps']:.1f} GB/s copy, "
-             f"{meta['roofline']['peak_gflops']:.0f} GFLOP/s FMA on {meta['threads']} cores). "
+    roof = meta["roofline"]
+    copy = roof.get("copy") or {}
+    spread = (f": the best of {roof.get('samples')} samples, median {copy['median_gbps']:.1f}, slowest "
+              f"{copy['min_gbps']:.1f}; read {roof.get('read_gbps', 0):.1f} GB/s; other processes kept "
+              f"{roof.get('others_cores', 0):.2f} cores busy meanwhile" if copy.get("min_gbps") else "")
+    L.append("Roofline: the kernel's bytes (BW) or flops (FMA; causal attention counts the unmasked half) "
+             "from its catalogue definition over "
+             f"`deuteron roofline`{' measured at the start of this run' if roof.get('measured_in_this_run') else ' (cached)'} "
+             f"({roof['copy_gbps']:.1f} GB/s copy{spread}; "
+             f"{roof['peak_gflops']:.0f} GFLOP/s FMA on {meta['threads']} cores). "
              "\"other load\": CPU cores used by other processes while the kernel was timed "
              "(this machine is shared; > 0.2 means the timings are disturbed).")
     over = sorted({r["kernel"] for r in rows for v in r["systems"].values() if (v.get("roofline_fraction") or 0) > 1.0})
@@ -721,6 +804,32 @@ def write_markdown(path, result):
         L.append("")
         L.append(f"Fractions above 100% ({', '.join(over)}): the `deuteron roofline` figures are below what "
                  "this machine can do (they were measured while it was busy, or the data stays in cache).")
+    if busy:
+        L.append("")
+        L.append(f"## With one core busy ({meta.get('busy')})")
+        L.append("")
+        L.append("The same rounds, right after the quiet ones, with the same configs, while a busy loop held one "
+                 "core. busy / quiet: a system's busy median over its quiet one (1: unaffected; 2: it waited for "
+                 "the shared core). \"other load\" includes the busy loop (about 1 core).")
+        L.append("")
+        hdr = ["kernel", "Deuteron quiet ms", "Deuteron busy ms", "Deuteron busy / quiet",
+               "fastest baseline, busy", "its ms", "its busy / quiet", "x fastest quiet", "x fastest busy",
+               "other load"]
+        L.append("| " + " | ".join(hdr) + " |")
+        L.append("|" + "---|" * len(hdr))
+        for r in rows:
+            S = r["systems"]
+            d, bb = S.get("deuteron") or {}, r.get("busy_best_baseline")
+            sb = S.get(bb) or {}
+
+            def ratio(v):
+                return f"{v['busy_median_ms'] / v['median_ms']:.2f}" if v.get("busy_median_ms") and v.get("median_ms") else "-"
+            L.append("| " + " | ".join([r["kernel"], fmt_ms(d.get("median_ms")), fmt_ms(d.get("busy_median_ms")), ratio(d),
+                                        LABEL.get(bb, "-"), fmt_ms(sb.get("busy_median_ms")), ratio(sb),
+                                        fmt_x(r.get("speedup_vs_best")), fmt_x(r.get("busy_speedup_vs_best")),
+                                        f"{r.get('busy_foreign_load_cores', 0):.2f}"]) + " |")
+        L.append(f"| **geomean** | | | | | | | **{fmt_x(gm.get('geomean_vs_best'))}** | "
+                 f"**{fmt_x(gm.get('busy_geomean_vs_best'))}** | |")
     L.append("")
     L.append("## First calls (compile, tune) and checks")
     L.append("")
@@ -785,9 +894,10 @@ def write_csv(path, result):
     fields = ["kernel", "shape", "dtype"] + \
         [f"{s}_{c}" for s in dsys for c in ("config_origin", "correct", "tune_s", "config")] + \
         (["after_over_before"] if len(dsys) > 1 else []) + \
-        ["best_baseline", "speedup_vs_best", "bytes", "flops", "compute_bound", "foreign_load_cores"]
+        ["best_baseline", "speedup_vs_best", "busy_best_baseline", "busy_speedup_vs_best", "bytes", "flops",
+         "compute_bound", "foreign_load_cores", "busy_foreign_load_cores"]
     for s in systems:
-        fields += [f"{s}_ms", f"{s}_min_ms", f"{s}_runs", f"{s}_roofline_fraction", f"{s}_first_call_s"]
+        fields += [f"{s}_ms", f"{s}_busy_ms", f"{s}_min_ms", f"{s}_runs", f"{s}_roofline_fraction", f"{s}_first_call_s"]
         if s not in DEUTERONS:
             fields += [f"speedup_vs_{s}", f"{s}_max_abs_err"]
     with open(path, "w", newline="") as f:
@@ -797,7 +907,9 @@ def write_csv(path, result):
             o = {"kernel": r["kernel"], "shape": "x".join(map(str, r["shape"])), "dtype": r["dtype"],
                  "best_baseline": r.get("best_baseline"), "speedup_vs_best": r.get("speedup_vs_best"),
                  "bytes": r.get("bytes"), "flops": r.get("flops"), "compute_bound": r.get("compute_bound"),
-                 "foreign_load_cores": r.get("foreign_load_cores")}
+                 "foreign_load_cores": r.get("foreign_load_cores"),
+                 "busy_best_baseline": r.get("busy_best_baseline"), "busy_speedup_vs_best": r.get("busy_speedup_vs_best"),
+                 "busy_foreign_load_cores": r.get("busy_foreign_load_cores")}
             if len(dsys) > 1:
                 o["after_over_before"] = r.get("after_over_before")
             for s in dsys:
@@ -810,6 +922,7 @@ def write_csv(path, result):
                 if not sv:
                     continue
                 o[f"{s}_ms"] = sv.get("median_ms")
+                o[f"{s}_busy_ms"] = sv.get("busy_median_ms")
                 o[f"{s}_min_ms"] = sv.get("min_ms") if s not in DEUTERONS else \
                     (min(sv["round_medians_ms"]) if sv.get("round_medians_ms") else None)
                 o[f"{s}_runs"] = sv.get("runs")
@@ -884,7 +997,9 @@ def write_reports(result, out: Path, no_plot: bool) -> None:
     log(f"wrote {out / 'bench.md'}, bench.csv, bench.json" + (", bench_speedups.png" if plotted else "")
         + f" (run took {result['meta']['wall_s']:.0f} s)")
     g = {k: result.get(k) for k in ("geomean_vs_eager", "geomean_vs_torch_compile", "geomean_vs_jax_jit",
-                                    "geomean_vs_torch_sdpa", "geomean_vs_best", "geomean_after_over_before")
+                                    "geomean_vs_torch_sdpa", "geomean_vs_best", "geomean_after_over_before",
+                                    "busy_geomean_vs_eager", "busy_geomean_vs_torch_compile",
+                                    "busy_geomean_vs_jax_jit", "busy_geomean_vs_best")
          if k in result}
     log("geomeans: " + ", ".join(f"{k} {fmt_x(v)}" for k, v in g.items()))
 
@@ -925,6 +1040,13 @@ def main(argv=None) -> int:
     ap.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
                     help="before timing each kernel, wait up to S seconds until other processes use "
                          "< 0.25 cores (the machine is shared)")
+    ap.add_argument("--busy", action=argparse.BooleanOptionalAction, default=True,
+                    help="after each kernel's quiet rounds, time the same rounds again while a busy loop "
+                         "holds the first CPU (default on; --no-busy: quiet rounds only)")
+    ap.add_argument("--roofline", choices=["measure", "cached"], default="measure",
+                    help="measure: `deuteron roofline --remeasure` at the start of this run (default; a few "
+                         "seconds), so the roofline fractions are of this run's machine state; cached: its "
+                         "cached figures")
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--from-json", metavar="FILE",
                     help="measure nothing: rewrite the reports under --out from an earlier bench.json")
@@ -953,8 +1075,12 @@ def main(argv=None) -> int:
                 ap.error("--baseline-cache-dir must differ from the cache of --deuteron "
                          "(each binary must only read configs it tuned itself)")
             tools.append(snapshot("deuteron_before", args.baseline_deuteron, snap_dir, cache))
-        roofline = json.loads(subprocess.run([tools[0]["binary"], "roofline", "--json"], capture_output=True,
-                                             text=True, check=True).stdout)
+        log("measuring the roofline (deuteron roofline --remeasure)" if args.roofline == "measure"
+            else "reading the cached roofline")
+        roofline = json.loads(subprocess.run([tools[0]["binary"], "roofline", "--json"]
+                                             + (["--remeasure"] if args.roofline == "measure" else []),
+                                             capture_output=True, text=True, check=True).stdout)
+        roofline["measured_in_this_run"] = args.roofline == "measure"
     except (RuntimeError, subprocess.CalledProcessError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -984,7 +1110,8 @@ def main(argv=None) -> int:
         entries = cat
     systems = ["deuteron"] + [s.strip() for s in args.systems.split(",") if s.strip()]
     systems[1:1] = [t["name"] for t in tools[1:]]
-    ctx = {"deuterons": tools, "roofline": roofline, "systems": systems}
+    ctx = {"deuterons": tools, "roofline": roofline, "systems": systems,
+           "busy_cpu": sorted(os.sched_getaffinity(0))[0]}
 
     rows, skipped = [], []
     for e in entries:
@@ -1010,6 +1137,7 @@ def main(argv=None) -> int:
         "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
         "command": " ".join([Path(sys.executable).name, *sys.argv]) if argv is None else " ".join(argv),
         "shapes": args.shapes, "repeat": args.repeat, "rounds": args.rounds, "threads": args.threads,
+        "busy": f"a busy loop (python) pinned to CPU {ctx['busy_cpu']}" if args.busy else None,
         "systems": systems, "cpu": roofline.get("cpu", platform.processor()), "roofline": roofline,
         "torch": torch.__version__, "jax": jax.__version__, "python": platform.python_version(),
         "deuteron": tools[0]["info"], "affinity": penv["affinity"], "XLA_FLAGS": penv["XLA_FLAGS"],

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # CI smoke test of the benchmark harness (bench/run_bench.py, and bench/model_validation.py on
 # add at its small shape, with or without the venv): add and softmax at their small
-# shapes, two runs per round, Deuteron on its default configs (--tune never), against PyTorch
-# eager, torch.compile and jax.jit. Checks that the harness runs end to end, that every
+# shapes, two runs per round, quiet and with one core busy, Deuteron on its default configs
+# (--tune never), against PyTorch eager, torch.compile and jax.jit. Checks that the harness runs end to end, that every
 # system's outputs agree and that the reports are written.
 #
 #   bash bench/smoke.sh            # from anywhere; DEUTERON=/path/to/deuteron overrides build/deuteron
@@ -69,7 +69,8 @@ errors = []
 for f in ["bench.md", "bench.csv", "bench.json"] + sys.argv[2:]:
     if not (out / f).is_file() or (out / f).stat().st_size == 0:
         errors.append(f"missing {f}")
-for k in ("geomean_vs_eager", "geomean_vs_torch_compile", "geomean_vs_jax_jit"):
+for k in ("geomean_vs_eager", "geomean_vs_torch_compile", "geomean_vs_jax_jit", "busy_geomean_vs_eager",
+          "busy_geomean_vs_best"):
     if not isinstance(r.get(k), float) or not r[k] > 0:
         errors.append(f"{k} = {r.get(k)!r}")
 rows = {row["kernel"]: row for row in r["kernels"]}
@@ -79,6 +80,9 @@ for name, row in rows.items():
     d = row["systems"]["deuteron"]
     if not d.get("correct") or not d.get("median_ms"):
         errors.append(f"{name}: deuteron correct={d.get('correct')} median_ms={d.get('median_ms')}")
+    if not d.get("busy_median_ms") or not row["systems"]["deuteron"].get("roofline_fraction"):
+        errors.append(f"{name}: deuteron busy_median_ms={d.get('busy_median_ms')} "
+                      f"roofline_fraction={d.get('roofline_fraction')}")
     for s in ("torch_eager", "torch_compile", "jax_jit"):
         v = row["systems"].get(s) or {}
         if v.get("error") or not (v.get("check") or {}).get("ok") or not v.get("median_ms"):

@@ -48,6 +48,8 @@ gtest_discover_tests(deuteron_tests TEST_FILTER "-${filter}" DISCOVERY_TIMEOUT 6
 if(TARGET deuteron_cli)
   add_test(NAME cli COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_test.sh $<TARGET_FILE:deuteron_cli>)
   set_tests_properties(cli PROPERTIES TIMEOUT 600 LABELS e2e)
+  add_test(NAME cpu_isa_avx2 COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cpu_isa_test.sh $<TARGET_FILE:deuteron_cli>)
+  set_tests_properties(cpu_isa_avx2 PROPERTIES TIMEOUT 600 LABELS e2e)
   add_test(NAME pallas_catalogue COMMAND bash ${PROJECT_SOURCE_DIR}/tests/target_catalogue.sh $<TARGET_FILE:deuteron_cli> pallas)
   set_tests_properties(pallas_catalogue PROPERTIES TIMEOUT 1200 LABELS pallas)
   add_test(NAME pallas_flash_peer COMMAND bash ${PROJECT_SOURCE_DIR}/tests/pallas_flash_peer.sh $<TARGET_FILE:deuteron_cli>)

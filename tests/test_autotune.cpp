@@ -11,12 +11,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -493,6 +495,62 @@ TEST_F(Autotune, BrokenCandidatesAreIsolated) {
   for (const Config& bad : {crash, hang, wrong, oom, cc}) EXPECT_NE(r.best, bad);
   EXPECT_GT(r.best_s, 0);
   expect_correct(tune_add, args, r.best, add_reference);
+}
+
+// A run that other processes kept busy (a fake load signal: nothing here depends on timings)
+// does not decide the thread count: only configs with the default's threads are re-timed and
+// may win, and the entry says so. A quiet run re-times one-thread configs too.
+TEST_F(Autotune, ABusyRunKeepsTheDefaultThreadCount) {
+  auto args = add_args(520, 300);  // enough work that the default runs on every core
+  auto s = specialize(tune_add, args);
+  const Config def = s.space.default_config();
+  if (def.integer("num_threads") < 2) GTEST_SKIP() << "one core: the space has a single thread count";
+  // Four one-thread configs and the default: the finalists (the top 4 by screening time) hold
+  // at least three of them.
+  std::vector<Config> one_thread;
+  const config::Tunable* b0 = s.space.find("block_t0");
+  ASSERT_NE(b0, nullptr);
+  for (const auto& v : b0->values) {
+    Config c = def;
+    c.set("num_threads", 1);
+    c.set("block_t0", v);
+    c = s.space.complete(c);
+    if (c != def && std::find(one_thread.begin(), one_thread.end(), c) == one_thread.end()) one_thread.push_back(c);
+    if (one_thread.size() == 4) break;
+  }
+  ASSERT_EQ(one_thread.size(), 4u);
+  auto tune_with_load = [&](double others) {
+    forget("autotune_test_add");
+    autotune::clear_memory_cache();
+    autotune::TuneOptions o = small_options();
+    o.args = args;
+    o.reference = add_reference;
+    o.search = "exhaustive";
+    o.candidates = one_thread;
+    o.max_candidates = 5;  // the default and the four given
+    o.others_cores = [others] { return others; };
+    return autotune::tune(s, o);
+  };
+  auto retimed_threads = [](const autotune::TuneResult& r) {
+    std::set<int64_t> t;
+    for (const Candidate& c : r.candidates)
+      if (c.retimed_s > 0) t.insert(c.config.integer("num_threads"));
+    return t;
+  };
+
+  autotune::TuneResult busy = tune_with_load(1.5);
+  EXPECT_TRUE(busy.threads_kept);
+  EXPECT_DOUBLE_EQ(busy.others_cores, 1.5);
+  EXPECT_EQ(busy.best.integer("num_threads"), def.integer("num_threads")) << busy.best.dump();
+  EXPECT_EQ(retimed_threads(busy), std::set<int64_t>{def.integer("num_threads")});
+  std::ifstream entry(busy.cache_path);
+  std::string text((std::istreambuf_iterator<char>(entry)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"threads_kept\": true"), std::string::npos) << text;
+
+  autotune::TuneResult quiet = tune_with_load(0.1);
+  EXPECT_FALSE(quiet.threads_kept);
+  EXPECT_TRUE(retimed_threads(quiet).count(1)) << "a quiet run compares every thread count";
+  forget("autotune_test_add");
 }
 
 // Without a reference the default config's outputs are the baseline.

@@ -70,6 +70,10 @@ struct TuneOptions {
   // crash, hang, wrong, oom, compile_crash or compile_hang and substring is matched against
   // the candidate's config as compact JSON (e.g. crash:"block_t0":8,).
   std::string inject;
+  // Test hook: the cores other processes kept busy during the run, as the tuner would measure
+  // them from /proc/stat (empty: measured). Above half a core the run is busy, and the thread
+  // count stays the default config's (TuneResult::threads_kept).
+  std::function<double()> others_cores;
 };
 
 struct Candidate {
@@ -100,6 +104,11 @@ struct TuneResult {
   std::vector<Candidate> candidates;
   std::string cache_path, log_path;
   bool replaced_model = false;  // a model-chosen entry (tune --by-model) was removed for this one
+  double others_cores = 0;  // cores other processes kept busy until the finalists were chosen
+  // The run was busy (others_cores above half a core): only configs with the default's thread
+  // count were re-timed and could win, so a config chosen under load keeps every core in use
+  // once the load is gone. (The entry is still tuned again when an hour old.)
+  bool threads_kept = false;
   std::string pin() const;  // KernelOptions{.config = R"({...})"}
 };
 

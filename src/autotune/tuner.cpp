@@ -88,6 +88,9 @@ std::map<std::string, CacheEntry> g_memory;     // entries read or written by th
 std::set<std::string> g_reported;               // corrupt entries already reported
 std::mutex g_tune_mu;                           // one tuning at a time in a process
 
+// Other processes' load (in cores) above which a tuning run's timings are suspect.
+constexpr double kBusyCores = 0.5;
+
 // ---- effort ------------------------------------------------------------------------------
 
 struct Budget {
@@ -344,6 +347,16 @@ class Tuner {
   Injection inject_;
   int jobs_ = 1;
   double start_ = runtime::monotonic_seconds();
+  const runtime::CpuUse load_from_ = runtime::cpu_use();
+  // Under load (other processes kept more than kBusyCores busy until the finalists were chosen)
+  // fewer threads look faster, as a thread that shares its core with another process holds the
+  // whole kernel back; on a quiet machine that config leaves cores idle. So a busy run does not
+  // decide the thread count: only configs with the default's take part in the final choice.
+  double others_ = 0;
+  bool threads_kept_ = false;
+  int default_threads_ = 0;  // the default config's threads (0: it does not lower)
+  bool may_win(const Eval& e) const { return !threads_kept_ || harness_.threads(e.plan) == default_threads_; }
+  void decide_threads();
 
   std::unique_ptr<Arena> arena_;
   std::vector<std::string> runner_cmd_;
@@ -850,10 +863,28 @@ void Tuner::report_progress(bool force) {
   progress_->update(st, force);
 }
 
+void Tuner::decide_threads() {
+  others_ = o_.others_cores ? o_.others_cores() : runtime::others_cores(load_from_, runtime::cpu_use());
+  try {
+    default_threads_ = harness_.threads(driver::lower(s_, s_.space.default_config()));
+  } catch (const Error&) {
+    default_threads_ = 0;
+  }
+  threads_kept_ = others_ > kBusyCores && default_threads_ > 0;
+  bool any = false;  // a correct config with the default's threads (else the rule cannot apply)
+  for (const Eval& e : evals_) any = any || (e.c.status == Candidate::Status::Ok && may_win(e));
+  threads_kept_ = threads_kept_ && any;
+  if (threads_kept_)
+    progress_->message(fmt::format(
+        "other processes kept {:.1f} cores busy: the thread count stays the default's ({}), only configs with "
+        "it are re-timed and may win",
+        others_, default_threads_));
+}
+
 void Tuner::retime_finalists() {
   std::vector<int> ok;
   for (size_t i = 0; i < evals_.size(); ++i)
-    if (evals_[i].c.status == Candidate::Status::Ok) ok.push_back(int(i));
+    if (evals_[i].c.status == Candidate::Status::Ok && may_win(evals_[i])) ok.push_back(int(i));
   std::stable_sort(ok.begin(), ok.end(), [&](int a, int b) { return evals_[size_t(a)].c.median_s < evals_[size_t(b)].c.median_s; });
   std::vector<int> finalists(ok.begin(), ok.begin() + std::min<size_t>(ok.size(), size_t(budget_.finalists)));
   if (!evals_.empty() && evals_[0].c.status == Candidate::Status::Ok &&
@@ -897,10 +928,12 @@ TuneResult Tuner::result() {
       default: break;
     }
     if (e.c.compiled) compile_times.push_back(e.c.compile_s);
-    if (e.c.status != Candidate::Status::Ok || (any_retimed && e.c.retimed_s <= 0)) continue;
+    if (e.c.status != Candidate::Status::Ok || (any_retimed && e.c.retimed_s <= 0) || !may_win(e)) continue;
     if (best < 0 || time_of(e) < time_of(evals_[size_t(best)])) best = int(i);
   }
   r.tried = r.ok + r.failed + r.rejected;
+  r.others_cores = others_;
+  r.threads_kept = threads_kept_;
   r.median_compile_s = median(compile_times);
   r.elapsed_s = elapsed();
   if (best >= 0) {
@@ -930,6 +963,8 @@ void Tuner::write_log(const TuneResult& r) {
                        c.reason.empty() ? "" : "  ", c.reason);
   }
   log += fmt::format("\nstopped   {}\n", stop_reason_.empty() ? "search finished" : stop_reason_);
+  log += fmt::format("load      other processes kept {:.2f} cores busy{}\n", r.others_cores,
+                     r.threads_kept ? fmt::format("; threads kept at the default's ({})", default_threads_) : "");
   log += fmt::format("tried {}, ok {}, failed {}, rejected {}, pruned {}; {:.1f} s; median compile {:.2f} s\n",
                      r.tried, r.ok, r.failed, r.rejected, r.pruned, r.elapsed_s, r.median_compile_s);
   for (auto& [why, n] : r.pruned_reasons) log += fmt::format("pruned    {} x {}\n", n, why);
@@ -1023,6 +1058,7 @@ TuneResult Tuner::run() {
     report_progress(false);
   }
   if (stop_reason_.empty()) stop_reason_ = "search finished";
+  decide_threads();
   retime_finalists();
   report_progress(true);
   TuneResult r = result();
@@ -1031,9 +1067,6 @@ TuneResult Tuner::run() {
 }
 
 // ---- cache lookups -------------------------------------------------------------------------
-
-// Other processes' load (in cores) above which a tuning run's timings are suspect.
-constexpr double kBusyCores = 0.5;
 
 std::optional<CacheEntry> lookup(const CacheKey& key, const driver::Specialized& s) {
   std::string id = key.id();
@@ -1161,9 +1194,8 @@ TuneResult tune(const driver::Specialized& s, const TuneOptions& options) {
   }
 
   Tuner tuner(s, o, *harness, key);
-  const runtime::CpuUse before = runtime::cpu_use();
   TuneResult r = tuner.run();
-  const double others = runtime::others_cores(before, runtime::cpu_use());
+  const double others = r.others_cores;
   if (others > kBusyCores && r.ok > 0)
     std::cerr << fmt::format(
         "deuteron: other processes kept {:.1f} cores busy while {} was tuned, so its timings may be off; the "
@@ -1189,7 +1221,7 @@ TuneResult tune(const driver::Specialized& s, const TuneOptions& options) {
               {"tried", r.tried},       {"failed", r.failed},      {"rejected", r.rejected},
               {"pruned", r.pruned},     {"elapsed_s", r.elapsed_s}, {"created", now_text()},
               {"median_compile_s", r.median_compile_s}, {"created_unix", runtime::unix_now()},
-              {"others_cores", others}};
+              {"others_cores", others},   {"threads_kept", r.threads_kept}};
     r.cache_path = key.path().string();
     r.log_path = key.log_path().string();
     try {

@@ -45,6 +45,9 @@ struct Roofline {
   nlohmann::json details;                         // the same as fields, for --json
   double peak_gflops = 0, peak_gflops_1core = 0;  // f32 FMA, all cores and one
   double copy_gbps = 0, copy_gbps_1core = 0;      // large-array copy, bytes read + written
+  double read_gbps = 0;                           // large-array read (0: not measured)
+  // How repeatable the figures are, for reports: e.g. "copy 27.1-29.0 GB/s over 9 samples".
+  std::string spread;
 };
 
 // One variant of a kernel in an ahead-of-time build (`deuteron aot`): source that builds and

@@ -51,6 +51,17 @@ std::optional<int64_t> env_integer(const char* name, int64_t lo, int64_t hi) {
   return x;
 }
 
+std::optional<std::string> env_choice(const char* name, const std::vector<std::string>& choices) {
+  const char* v = value_of(name);
+  if (!v) return std::nullopt;
+  for (const std::string& c : choices)
+    if (c == v) return c;
+  std::string legal;
+  for (size_t i = 0; i < choices.size(); ++i)
+    legal += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + choices[i];
+  bad_value(name, v, legal);
+}
+
 std::optional<double> env_number(const char* name, double lo, double hi, bool lo_open) {
   const char* v = value_of(name);
   if (!v) return std::nullopt;

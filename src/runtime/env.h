@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace deuteron::runtime {
 
@@ -18,6 +19,10 @@ std::optional<int64_t> env_integer(const char* name, int64_t lo, int64_t hi);
 std::optional<double> env_number(const char* name, double lo, double hi, bool lo_open = false);
 // $name as a byte count in [lo, hi]: digits with an optional K, M or G suffix (powers of 1024).
 std::optional<int64_t> env_bytes(const char* name, int64_t lo, int64_t hi);
+
+// $name as one of `choices`; nullopt when unset or empty. Throws ArgumentError like env_integer,
+// naming the legal values.
+std::optional<std::string> env_choice(const char* name, const std::vector<std::string>& choices);
 
 // The directory for temporary files: $TMPDIR if set, else /tmp. Throws RuntimeError naming
 // TMPDIR when it is not a directory this process can write.

@@ -106,11 +106,21 @@ std::optional<backends::Roofline> CpuBackend::roofline(bool remeasure) const {
   out.details = {{"cpu", info.model_name},
                  {"cores", info.cores},
                  {"l2_bytes", info.l2_bytes},
-                 {"simd_bytes", info.simd_bytes}};
+                 {"simd_bytes", info.simd_bytes},
+                 {"samples", r.samples},
+                 {"others_cores", r.others_cores}};
+  for (auto [key, b] : {std::pair{"copy", r.copy}, {"copy_nt", r.copy_nt}, {"read", r.read}})
+    out.details[key] = {{"best_gbps", b.best}, {"median_gbps", b.median}, {"min_gbps", b.min}, {"spread", b.spread()}};
   out.peak_gflops = r.peak_gflops;
   out.peak_gflops_1core = r.peak_gflops_1core;
-  out.copy_gbps = r.copy_gbps;
+  out.copy_gbps = r.copy.best;
   out.copy_gbps_1core = r.copy_gbps_1core;
+  out.read_gbps = r.read.best;
+  out.spread = fmt::format(
+      "best of {} samples, median and slowest: copy {:.1f}, {:.1f}, {:.1f}; non-temporal copy {:.1f}, {:.1f}, {:.1f}; "
+      "read {:.1f}, {:.1f}, {:.1f} GB/s; other processes kept {:.2f} cores busy",
+      r.samples, r.copy.best, r.copy.median, r.copy.min, r.copy_nt.best, r.copy_nt.median, r.copy_nt.min, r.read.best,
+      r.read.median, r.read.min, r.others_cores);
   return out;
 }
 
@@ -140,7 +150,7 @@ std::optional<model::Hardware> CpuBackend::model_hardware(const plan::Plan& p) c
   bool in_cache = footprint <= double(info.l3_bytes + info.l2_bytes * info.cores);
   // From DRAM, fewer threads than cores get their cores' share (one core cannot draw the
   // whole bandwidth).
-  double dram = hw.cores >= info.cores ? r.copy_gbps : std::min(r.copy_gbps, hw.cores * r.copy_gbps_1core);
+  double dram = hw.cores >= info.cores ? r.copy.best : std::min(r.copy.best, hw.cores * r.copy_gbps_1core);
   hw.memory_bytes_per_s = in_cache ? hw.cores * 8 * r.copy_gbps_1core * 1e9 : dram * 1e9;
   // A grid step of the generated loop: its bounds and pointers (measured: add [130, 1000] in
   // blocks of 32 x 2, 2500 steps in 37 us all told).

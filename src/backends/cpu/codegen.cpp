@@ -10,6 +10,7 @@
 
 #include "backends/cpu/packing.h"
 #include "deuteron/error.h"
+#include "runtime/env.h"
 #include "runtime/text.h"
 
 namespace deuteron::cpu {
@@ -120,16 +121,17 @@ class Generator {
     line("char* const fast = scratch + long(omp_get_thread_num()) * scratch_per_thread;");
     scratch_arrays();
     ordered_copies();
-    // Ordered adds need each thread's grid steps fixed: the static schedule.
-    if (p_.gemms.empty() || p_.threads == 1 || !ordered_.empty()) {
+    // Chunks of consecutive grid steps (which share resident operand blocks and stream through
+    // memory in order) handed out as threads free up, about 8 per thread, so a thread slowed or
+    // descheduled by another process on its core (a shared VM) does not hold the whole kernel
+    // back: the others take its remaining chunks. Ordered adds need each thread's grid steps
+    // fixed (the same sum on every run): the static schedule.
+    if (!dynamic_schedule()) {
       line("#pragma omp for schedule(static)");
     } else if (rt_) {
       line("#pragma omp for schedule(dynamic, chunk)");
     } else {
-      // Block products: chunks of consecutive grid steps (which share resident operand blocks)
-      // handed out as threads free up, about 8 per thread, so a thread slowed by something
-      // else on its core (a shared VM) does not hold the whole kernel back.
-      int64_t chunk = std::max<int64_t>(1, p_.grid_size() / (int64_t(p_.threads) * 8));
+      int64_t chunk = std::max<int64_t>(1, p_.grid_size() / (int64_t(p_.threads) * kChunksPerThread));
       line(fmt::format("#pragma omp for schedule(dynamic, {})", chunk));
     }
     line(fmt::format("for (int64_t pid = 0; pid < {}; ++pid) {{", rt_ ? "grid" : std::to_string(p_.grid_size())));
@@ -400,10 +402,18 @@ class Generator {
     line(fmt::format("const int64_t grid = {};", blocks.empty() ? "1" : fmt::format("{}", fmt::join(blocks, " * "))));
     if (!ordered_.empty()) line(fmt::format("const int64_t fast_bytes = {};  // this thread's fast memory", fast_bytes()));
     copy_offsets();
-    if (!p_.gemms.empty() && p_.threads > 1 && ordered_.empty())
-      line(fmt::format("const int64_t chunk = grid / {0} > 1 ? grid / {0} : 1;  // about 8 chunks per thread",
-                       int64_t(p_.threads) * 8));
+    if (dynamic_schedule())
+      line(fmt::format("const int64_t chunk = grid / {0} > 1 ? grid / {0} : 1;  // about {1} chunks per thread",
+                       int64_t(p_.threads) * kChunksPerThread, kChunksPerThread));
   }
+
+  // Whether the grid loop hands out chunks dynamically (see run()). $DEUTERON_CPU_SCHEDULE=static
+  // keeps every kernel on the static schedule, to measure what the dynamic one costs or gains.
+  bool dynamic_schedule() const {
+    static const bool dynamic = runtime::env_choice("DEUTERON_CPU_SCHEDULE", {"dynamic", "static"}) != "static";
+    return p_.threads > 1 && ordered_.empty() && dynamic;
+  }
+  static constexpr int64_t kChunksPerThread = 8;
 
   // ---- fast memory ----
   // A count of elements or bytes: a number times the whole dims a general variant sizes at run

@@ -192,6 +192,8 @@ std::string default_compiler() {
 std::vector<std::string> default_flags() {
   std::vector<std::string> flags = {"-O3",    "-march=native", "-fopenmp",         "-fPIC",
                                     "-shared", "-std=c++20",   "-fno-math-errno", "-ffp-contract=fast"};
+  // -mno-avx512f also turns off every AVX-512 extension that builds on it (BW, VL, BF16, FP16).
+  if (cpu_info().isa_limit == "avx2") flags.push_back("-mno-avx512f");
   if (const char* extra = std::getenv("DEUTERON_CXXFLAGS")) {
     std::vector<std::string> words = split_words(extra);
     warn_about_fp_flags(words);

@@ -159,6 +159,13 @@ CpuInfo detect() {
   info.features_key = "generic";
 #endif
   info.cores = count_cores();
+  // $DEUTERON_CPU_ISA=avx2: act as an AVX2-only CPU (the generated code is built with
+  // -mno-avx512f, the plans and the roofline use 256-bit vectors), to test that path here.
+  if (runtime::env_choice("DEUTERON_CPU_ISA", {"native", "avx2"}) == "avx2") {
+    info.avx512f = info.avx512bw = info.avx512vl = info.avx512_bf16 = info.avx512_fp16 = info.amx = false;
+    info.isa_limit = "avx2";
+    info.features_key += ":isa=avx2";
+  }
   info.simd_bytes = info.avx512f ? 64 : 32;
   // /sys cache info is missing in some VMs and CPUID may be masked: assume a recent server core.
   if (info.l1d_bytes <= 0) info.l1d_bytes = 48 * KiB;
@@ -174,7 +181,8 @@ CpuInfo detect() {
 // caller picks the variant the CPU supports.
 
 using FmaFn = float (*)(int64_t iters);
-using CopyFn = void (*)(const float* src, float* dst, size_t n);  // n: multiple of 16
+using CopyFn = void (*)(const float* src, float* dst, size_t n);  // n: multiple of 64
+using ReadFn = float (*)(const float* src, size_t n);              // n: multiple of 64
 
 #ifdef DEUTERON_X86
 // 16 independent accumulators: FMA latency (4-6 cycles) x 2 pipes needs at least 8-12.
@@ -224,6 +232,40 @@ __attribute__((target("avx512f"))) void copy_avx512(const float* src, float* dst
 __attribute__((target("avx"))) void copy_avx(const float* src, float* dst, size_t n) {
   for (size_t i = 0; i < n; i += 8) _mm256_store_ps(dst + i, _mm256_load_ps(src + i));
 }
+// Non-temporal stores write whole lines to memory without reading them first.
+__attribute__((target("avx512f"))) void copy_nt_avx512(const float* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n; i += 16) _mm512_stream_ps(dst + i, _mm512_load_ps(src + i));
+  _mm_sfence();
+}
+__attribute__((target("avx"))) void copy_nt_avx(const float* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n; i += 8) _mm256_stream_ps(dst + i, _mm256_load_ps(src + i));
+  _mm_sfence();
+}
+// Four independent sums, so the adds' latency does not bound the loads.
+__attribute__((target("avx512f"))) float read_avx512(const float* src, size_t n) {
+  __m512 a = _mm512_setzero_ps(), b = a, c = a, d = a;
+  for (size_t i = 0; i < n; i += 64) {
+    a = _mm512_add_ps(a, _mm512_load_ps(src + i));
+    b = _mm512_add_ps(b, _mm512_load_ps(src + i + 16));
+    c = _mm512_add_ps(c, _mm512_load_ps(src + i + 32));
+    d = _mm512_add_ps(d, _mm512_load_ps(src + i + 48));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a, b), _mm512_add_ps(c, d)));
+}
+__attribute__((target("avx"))) float read_avx(const float* src, size_t n) {
+  __m256 a = _mm256_setzero_ps(), b = a, c = a, d = a;
+  for (size_t i = 0; i < n; i += 32) {
+    a = _mm256_add_ps(a, _mm256_load_ps(src + i));
+    b = _mm256_add_ps(b, _mm256_load_ps(src + i + 8));
+    c = _mm256_add_ps(c, _mm256_load_ps(src + i + 16));
+    d = _mm256_add_ps(d, _mm256_load_ps(src + i + 24));
+  }
+  float out[8];
+  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d)));
+  float s = 0;
+  for (float x : out) s += x;
+  return s;
+}
 #endif
 
 // Portable fallback (mul + add, whatever the compiler vectorises it to).
@@ -242,20 +284,26 @@ constexpr double kFlopsGeneric = 32 * 2;
 void copy_generic(const float* src, float* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = src[i];
 }
+float read_generic(const float* src, size_t n) {
+  float s = 0;
+  for (size_t i = 0; i < n; ++i) s += src[i];
+  return s;
+}
 
 struct Kernels {
   FmaFn fma;
   double flops_per_iter;
-  CopyFn copy;
+  CopyFn copy, copy_nt;
+  ReadFn read;
 };
 
 Kernels pick_kernels(const CpuInfo& info) {
 #ifdef DEUTERON_X86
-  if (info.avx512f && info.fma) return {fma_avx512, kFlopsAvx512, copy_avx512};
-  if (info.avx2 && info.fma) return {fma_avx2, kFlopsAvx2, copy_avx};
+  if (info.avx512f && info.fma) return {fma_avx512, kFlopsAvx512, copy_avx512, copy_nt_avx512, read_avx512};
+  if (info.avx2 && info.fma) return {fma_avx2, kFlopsAvx2, copy_avx, copy_nt_avx, read_avx};
 #endif
   (void)info;
-  return {fma_generic, kFlopsGeneric, copy_generic};
+  return {fma_generic, kFlopsGeneric, copy_generic, copy_generic, read_generic};
 }
 
 double now() {
@@ -320,24 +368,35 @@ struct Buffer {
   Buffer& operator=(const Buffer&) = delete;
 };
 
-// Median GB/s (bytes read + written) of `reps` copies of n floats on `threads` threads.
-double copy_gbps(const Kernels& k, const float* src, float* dst, size_t n, int threads,
-                 int reps) {
-  std::vector<double> rates;
-  for (int r = 0; r <= reps; ++r) {  // the first run is a warm-up
-    double t0 = now();
-#pragma omp parallel num_threads(threads)
-    {
-      // Chunks of whole 64-byte lines, so every thread's stores stay aligned.
-      size_t lines = n / 16, t = size_t(thread_id()), nt = size_t(team_size());
-      size_t begin = lines * t / nt * 16, end = lines * (t + 1) / nt * 16;
-      k.copy(src + begin, dst + begin, end - begin);
+enum class Pass { Copy, CopyNt, Read };
+
+// Seconds of one pass over n floats on `threads` threads, in 1 MiB chunks handed out as threads
+// free up (as generated kernels hand out grid steps), so that a thread sharing its core with
+// another process does not hold the pass back.
+double timed_pass(const Kernels& k, Pass pass, const float* src, float* dst, size_t n, int threads) {
+  constexpr size_t kChunk = 256 * 1024;  // floats; a multiple of 64, so loads and stores stay aligned
+  const long chunks = long((n + kChunk - 1) / kChunk);
+  double t0 = now();
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (long c = 0; c < chunks; ++c) {
+    size_t begin = size_t(c) * kChunk, len = std::min(kChunk, n - begin);
+    switch (pass) {
+      case Pass::Copy: k.copy(src + begin, dst + begin, len); break;
+      case Pass::CopyNt: k.copy_nt(src + begin, dst + begin, len); break;
+      case Pass::Read: {
+        float v = k.read(src + begin, len);
+        if (v == -1.0f) g_sink = v;  // keeps the sum alive (the data never sums to -1)
+        break;
+      }
     }
-    double dt = now() - t0;
-    if (r > 0) rates.push_back(2.0 * double(n) * sizeof(float) / dt * 1e-9);
   }
+  return now() - t0;
+}
+
+Bandwidth summarize(std::vector<double> rates) {
   std::sort(rates.begin(), rates.end());
-  return rates[rates.size() / 2];
+  size_t m = rates.size();
+  return {rates.back(), m % 2 ? rates[m / 2] : 0.5 * (rates[m / 2 - 1] + rates[m / 2]), rates.front()};
 }
 
 }  // namespace
@@ -351,6 +410,7 @@ Roofline measure_roofline() {
   const CpuInfo& info = cpu_info();
   const Kernels k = pick_kernels(info);
   const int threads = info.cores;
+  const runtime::CpuUse load_from = runtime::cpu_use();
   Roofline out;
 
   // FMA: calibrate to ~0.2 s per run on one core (this also warms up clocks).
@@ -367,22 +427,45 @@ Roofline measure_roofline() {
   out.peak_gflops_1core = fma_gflops(k, 1, iters, 3);
   out.peak_gflops = fma_gflops(k, threads, iters, 3);
 
-  // Copy: each array at least 2x L3 (and 256 MiB), but at most a quarter of free memory.
-  int64_t want = std::max(2 * info.l3_bytes, 256 * MiB);
+  // Bandwidth: each array at least 4x L3 and 512 MiB (so that neither the caches nor the timer's
+  // resolution matter: a pass takes tens of ms), but at most a quarter of free memory.
+  int64_t want = std::max(4 * info.l3_bytes, 512 * MiB);
   int64_t free_bytes = int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
   if (free_bytes > 0) want = std::min(want, free_bytes / 4);
   want = std::clamp<int64_t>(want, 16 * MiB, 2048 * MiB);
-  size_t n = size_t(want) / sizeof(float) / 16 * 16;
+  size_t n = size_t(want) / sizeof(float) / 64 * 64;
   Buffer src(n), dst(n);
-  // First touch with the same split as the copies (NUMA-local pages); writes to both arrays,
-  // since reading untouched memory would hit the shared zero page and overstate bandwidth.
+  // First touch (writes to both arrays: reading untouched memory would hit the shared zero page
+  // and overstate bandwidth).
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (size_t i = 0; i < n; ++i) {
     src.p[i] = float(i & 1023);
     dst.p[i] = 0.0f;
   }
-  out.copy_gbps = copy_gbps(k, src.p, dst.p, n, threads, 5);
-  out.copy_gbps_1core = copy_gbps(k, src.p, dst.p, n, 1, 3);
+  // One warm-up round, then the kinds interleaved: a disturbance (another process, the host's
+  // other VMs) falls on all of them alike, and the best sample keeps it out.
+  constexpr int kSamples = 9;
+  const double bytes = double(n) * sizeof(float);
+  std::vector<double> copy, copy_nt, read, copy_1core;
+  for (int r = 0; r <= kSamples; ++r) {
+    double tc = timed_pass(k, Pass::Copy, src.p, dst.p, n, threads);
+    double tn = timed_pass(k, Pass::CopyNt, src.p, dst.p, n, threads);
+    double tr = timed_pass(k, Pass::Read, src.p, dst.p, n, threads);
+    if (r == 0) continue;
+    copy.push_back(2 * bytes / tc * 1e-9);
+    copy_nt.push_back(2 * bytes / tn * 1e-9);
+    read.push_back(bytes / tr * 1e-9);
+  }
+  for (int r = 0; r <= 3; ++r) {
+    double t = timed_pass(k, Pass::Copy, src.p, dst.p, n, 1);
+    if (r > 0) copy_1core.push_back(2 * bytes / t * 1e-9);
+  }
+  out.copy = summarize(copy);
+  out.copy_nt = summarize(copy_nt);
+  out.read = summarize(read);
+  out.copy_gbps_1core = summarize(copy_1core).best;
+  out.samples = kSamples;
+  out.others_cores = runtime::others_cores(load_from, runtime::cpu_use());
   return out;
 }
 
@@ -407,10 +490,24 @@ Roofline roofline(bool remeasure) {
     std::optional<std::string> text = read_cache_file(path, &problem);
     std::optional<nlohmann::json> j = text ? runtime::parse_json(*text, &problem) : std::nullopt;
     // A damaged, foreign or old-format file (a NaN figure is written as null) is measured again.
-    auto figure = [&](const char* key) { return j ? runtime::finite_number(*j, key).value_or(0.0) : 0.0; };
-    Roofline cached{figure("peak_gflops"), figure("peak_gflops_1core"), figure("copy_gbps"), figure("copy_gbps_1core")};
-    if (cached.peak_gflops > 0 && cached.peak_gflops_1core > 0 && cached.copy_gbps > 0 && cached.copy_gbps_1core > 0 &&
-        !runtime::measure_again(!plausible(cached, info.cores), figure("measured_at"))) {
+    auto figure = [&](const std::string& key) { return j ? runtime::finite_number(*j, key.c_str()).value_or(0.0) : 0.0; };
+    auto bandwidth = [&](const std::string& key) {
+      return Bandwidth{figure(key), figure(key + "_median"), figure(key + "_min")};
+    };
+    Roofline cached;
+    cached.peak_gflops = figure("peak_gflops");
+    cached.peak_gflops_1core = figure("peak_gflops_1core");
+    cached.copy = bandwidth("copy_gbps");
+    cached.copy_nt = bandwidth("copy_nt_gbps");
+    cached.read = bandwidth("read_gbps");
+    cached.copy_gbps_1core = figure("copy_gbps_1core");
+    cached.others_cores = figure("others_cores");
+    cached.samples = int(figure("samples"));
+    bool complete = cached.peak_gflops > 0 && cached.peak_gflops_1core > 0 && cached.copy_gbps_1core > 0 &&
+                    cached.samples > 0;
+    for (const Bandwidth& b : {cached.copy, cached.copy_nt, cached.read})
+      complete = complete && b.min > 0 && b.median >= b.min && b.best >= b.median;
+    if (complete && !runtime::measure_again(!plausible(cached, info.cores), figure("measured_at"))) {
       memo = cached;
       return *memo;
     }
@@ -424,12 +521,18 @@ Roofline roofline(bool remeasure) {
                info.cores, r.peak_gflops, r.peak_gflops_1core);
   nlohmann::json j = {{"peak_gflops", r.peak_gflops},
                       {"peak_gflops_1core", r.peak_gflops_1core},
-                      {"copy_gbps", r.copy_gbps},
                       {"copy_gbps_1core", r.copy_gbps_1core},
+                      {"samples", r.samples},
+                      {"others_cores", r.others_cores},
                       {"model_name", info.model_name},
                       {"features_key", info.features_key},
                       {"cores", info.cores},
                       {"measured_at", runtime::unix_now()}};
+  for (auto [key, b] : {std::pair{"copy_gbps", r.copy}, {"copy_nt_gbps", r.copy_nt}, {"read_gbps", r.read}}) {
+    j[key] = b.best;
+    j[std::string(key) + "_median"] = b.median;
+    j[std::string(key) + "_min"] = b.min;
+  }
   atomic_write(path, j.dump(2) + "\n");
   memo = r;
   return r;

@@ -16,6 +16,9 @@ struct CpuInfo {
   // AMX tiles + bf16. A process must still ask Linux for permission (arch_prctl) to use them.
   bool amx = false;
   int simd_bytes = 32;  // 64 if avx512f else 32
+  // "avx2" when $DEUTERON_CPU_ISA narrows what the generated code may use (the flags above then
+  // say AVX2 only, and the compiler gets -mno-avx512f); empty for the CPU's own ISA.
+  std::string isa_limit;
   // Per-core L1D and L2; L3 of one instance (shared by several cores).
   int64_t l1d_bytes = 0, l2_bytes = 0, l3_bytes = 0;
   // The feature flags above plus CPUID's raw ISA words: code built with -march=native on this
@@ -23,18 +26,32 @@ struct CpuInfo {
   std::string features_key;
 };
 
-// Read once with CPUID. $DEUTERON_L2_BYTES overrides l2_bytes.
+// Read once with CPUID. $DEUTERON_L2_BYTES overrides l2_bytes; $DEUTERON_CPU_ISA=avx2 masks AVX-512.
 const CpuInfo& cpu_info();
+
+// One bandwidth figure over samples, in GB/s: the fastest sample (the figure kept, as STREAM
+// keeps its best time: another process or the host's other VMs only ever slow a pass down), the
+// median and the slowest, which say how disturbed the samples were.
+struct Bandwidth {
+  double best = 0, median = 0, min = 0;
+  double spread() const { return best > 0 ? (best - min) / best : 0; }  // (best - slowest) / best
+};
 
 struct Roofline {
   double peak_gflops = 0;        // f32 FMA, all cores
   double peak_gflops_1core = 0;  // f32 FMA, one core
-  double copy_gbps = 0;          // large-array copy, all cores; bytes read + written per second
-  double copy_gbps_1core = 0;    // the same on one core
+  // Arrays much larger than L3, all cores, in bytes moved per second (read + written for copies).
+  Bandwidth copy;     // plain stores, as generated kernels write: each line is read before it is written
+  Bandwidth copy_nt;  // non-temporal stores: no read of the destination
+  Bandwidth read;     // a read-only sum
+  double copy_gbps_1core = 0;  // plain-store copy on one core (best sample)
+  double others_cores = 0;     // cores other processes kept busy while it was measured
+  int samples = 0;             // per bandwidth figure
 };
 
-// Measures now (a few seconds): FMA peak with the widest vectors the CPU has, and copy
-// bandwidth on arrays much larger than L3.
+// Measures now (a few seconds): FMA peak with the widest vectors the CPU has, and bandwidths on
+// arrays much larger than L3, the three kinds interleaved sample by sample so that a disturbance
+// touches all of them alike.
 Roofline measure_roofline();
 
 // The roofline of this machine: measured once and kept in
