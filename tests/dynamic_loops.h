@@ -20,19 +20,30 @@ namespace deuteron::dynamic_loops {
 
 namespace hl = deuteron::hl;
 
+// The pallas tests pass x as [rows, 1, cols] and get outputs with a unit dim before the last
+// (`tpu`): a TPU block's last two dims must be whole or (8, 128) multiples, so one row at a grid
+// index is a [1, cols] block there. The other targets take the plain [rows, cols].
+inline bool tpu_layout(const hl::Tensor& x) { return x.dim() == 3; }
+inline hl::Tensor row_of(const hl::Tensor& x, hl::Index r, hl::Index c) {
+  return tpu_layout(x) ? x[{r, 0, c}] : x[{r, c}];
+}
+
 // Jagged rows: out[s, :] = sum of x[offsets[s]:offsets[s + 1], :] (a segment sum over CSR
 // offsets) for the first `count` segments: the scalar argument sizes the output. A segment whose
 // end is below its begin is empty, as a Python slice is.
 inline const auto& segment_sum() {
   static const auto k = deuteron::kernel("segment_sum", [](hl::Tensor x, hl::Tensor offsets, hl::Scalar count) {
-    int64_t segments = count.item(), d = x.size(1);
+    int64_t segments = count.item(), d = x.size(x.dim() - 1);
     hl::expect(segments >= 0 && segments < offsets.size(0), "needs 0 <= count < offsets.size(0)");
-    auto out = hl::empty({segments, d});
+    auto out = tpu_layout(x) ? hl::empty({segments, 1, d}) : hl::empty({segments, d});
     for (auto s : hl::grid(segments)) {
       auto acc = hl::zeros({d});
       for (auto tr : hl::tile(offsets[{s}], offsets[{s.index() + 1}], {.name = "rows"}))
-        acc = acc + x[{tr, hl::all}].sum(0);
-      out[{s, hl::all}] = acc;
+        acc = acc + row_of(x, tr, hl::all).sum(0);
+      if (tpu_layout(x))
+        out[{s, 0, hl::all}] = acc;
+      else
+        out[{s, hl::all}] = acc;
     }
     return out;
   });
@@ -44,13 +55,17 @@ inline const auto& segment_sum() {
 // a TPU block of a 1-D vector read at a grid index breaks its block-shape rule.
 inline const auto& masked_row_mean() {
   static const auto k = deuteron::kernel("masked_row_mean", [](hl::Tensor x, hl::Tensor lengths) {
-    int64_t rows = x.size(0), cols = x.size(1);
-    auto out = hl::empty({rows});
+    int64_t rows = x.size(0), cols = x.size(x.dim() - 1);
+    auto out = tpu_layout(x) ? hl::empty({rows, 1, 1}) : hl::empty({rows});
     for (auto r : hl::grid(rows)) {
       auto acc = hl::zeros({1});
-      for (auto tc : hl::tile(0, lengths[{r, 0}], {.name = "cols"})) acc = acc + x[{r, tc}].sum(0);
+      for (auto tc : hl::tile(0, lengths[{r, 0}], {.name = "cols"})) acc = acc + row_of(x, r, tc).sum(0);
       auto n = hl::minimum(lengths[{r, 0}], cols).to(DType::f32);
-      out[{r}] = (acc / hl::maximum(n, 1.0f)).sum(0);
+      auto mean = (acc / hl::maximum(n, 1.0f)).sum(0);
+      if (tpu_layout(x))
+        out[{r, 0, 0}] = mean;
+      else
+        out[{r}] = mean;
     }
     return out;
   });
@@ -62,12 +77,15 @@ inline const auto& masked_row_mean() {
 inline const auto& window_sum() {
   static const auto k = deuteron::kernel("window_sum", [](hl::Tensor x, hl::Scalar limit) {
     int64_t rows = x.size(0);
-    auto out = hl::empty({rows});
+    auto out = tpu_layout(x) ? hl::empty({rows, 1, 1}) : hl::empty({rows});
     for (auto r : hl::grid(rows)) {
       auto acc = hl::zeros({1});
       for (auto tc : hl::tile(r.begin() * 2, hl::minimum(r.end() * 3, limit), {.name = "cols"}))
-        acc = acc + x[{r, tc}].sum(0);
-      out[{r}] = acc.sum(0);
+        acc = acc + row_of(x, r, tc).sum(0);
+      if (tpu_layout(x))
+        out[{r, 0, 0}] = acc.sum(0);
+      else
+        out[{r}] = acc.sum(0);
     }
     return out;
   });
@@ -97,22 +115,25 @@ struct Case {
   std::string name;
 };
 
-// small: the interpreted targets' shapes; pallas: only the kernels whose loops start at a constant.
+// small: the interpreted targets' shapes; pallas: TPU blocks (rows in 8s, lanes in 128s: a
+// segment's rows in blocks of 8 or 16, columns in 128 or 256) and its layout (tpu_layout).
 inline std::vector<Case> cases(bool small, bool pallas = false) {
   std::vector<Case> out;
   std::vector<std::vector<int64_t>> seg = {{1, 2}, {23, 5}, {7, 130}};
   std::vector<std::vector<int64_t>> rows = {{1, 1}, {9, 37}, {5, 300}};
-  if (pallas) rows = {{1, 1}, {9, 37}, {13, 300}};  // row blocks of 8, or the whole dim
+  if (pallas) seg = {{1, 2}, {23, 5}}, rows = {{1, 1}, {9, 37}, {13, 300}};  // row blocks of 8, or the whole dim
   if (!small) seg.push_back({1000, 3}), rows.push_back({33, 1000});
   std::vector<int64_t> blocks = {4, 256};
   if (pallas) blocks = {128, 256};  // TPU lanes: a multiple of 128 or the whole dim
   for (int64_t block : blocks) {
-    for (const auto& s : seg)
-      if (!pallas) out.push_back({"segment_sum", s, block, fmt::format("segment_sum_{}x{}_b{}", s[0], s[1], block)});
+    for (const auto& s : seg) {
+      int64_t b = pallas ? block / 16 : block;  // segment rows: 8 or 16 on a TPU
+      out.push_back({"segment_sum", s, b, fmt::format("segment_sum_{}x{}_b{}", s[0], s[1], b)});
+    }
     for (const auto& s : rows) {
-      if (!pallas) out.push_back({"masked_row_mean", s, block, fmt::format("masked_row_mean_{}x{}_b{}", s[0], s[1], block)});
+      out.push_back({"masked_row_mean", s, block, fmt::format("masked_row_mean_{}x{}_b{}", s[0], s[1], block)});
       out.push_back({"block_prefix_sum", s, block, fmt::format("block_prefix_sum_{}x{}_b{}", s[0], s[1], block)});
-      if (!pallas) out.push_back({"window_sum", s, block, fmt::format("window_sum_{}x{}_b{}", s[0], s[1], block)});
+      out.push_back({"window_sum", s, block, fmt::format("window_sum_{}x{}_b{}", s[0], s[1], block)});
     }
   }
   return out;
@@ -138,7 +159,8 @@ inline Tensor offsets_for(int64_t n) {
 // Runs the case on `target` and checks it against plain loops in double precision.
 inline void check(const Case& c, const std::string& target) {
   int64_t n = c.shape[0], d = c.shape[1];
-  Tensor x = Tensor::rand(c.shape, DType::f32, 3);
+  bool tpu = target == "pallas" && c.kernel != "block_prefix_sum";
+  Tensor x = Tensor::rand(tpu ? std::vector<int64_t>{n, 1, d} : c.shape, DType::f32, 3);  // the same elements
   std::vector<Arg> args;
   const KernelBase* k = nullptr;
   std::vector<double> want;
@@ -189,7 +211,7 @@ inline void check(const Case& c, const std::string& target) {
     }
   }
   config::Config cfg = testing_support::fit(driver::specialize(*k, frontend::describe_args(*k, args), target), blocks);
-  if (target == "pallas") cfg.set("inner_cols", "in_place");  // a loop ending on the device is not unrolled
+  if (target == "pallas" && c.kernel != "segment_sum") cfg.set("inner_cols", "in_place");  // not unrolled
   api::RunResult r = api::run(*k, args, target, cfg);
   const Tensor& out = r.outputs.at(0);
   ASSERT_EQ(out.numel(), int64_t(want.size()));

@@ -60,19 +60,31 @@ TEST_P(TritonDynamicLoops, MatchesReference) { dynamic_loops::check(GetParam(), 
 INSTANTIATE_TEST_SUITE_P(Interpreted, TritonDynamicLoops, testing::ValuesIn(dynamic_loops::cases(true)),
                          [](const auto& info) { return info.param.name; });
 
-// A loop starting at a device value is refused on pallas, naming the construct and the line.
-TEST(PallasDynamicLoopErrors, DeviceBeginIsRefusedClearly) {
+// A loop starting at a device value runs on pallas as a fori_loop copying each block from HBM at
+// its element offset (the default); as an emit_pipeline or an unrolled loop it is a config error
+// naming the loop's line and the setting that works.
+TEST(PallasDynamicLoopErrors, DeviceBeginNeedsTheForiLoop) {
   const auto& k = dynamic_loops::segment_sum();
   Tensor off = dynamic_loops::offsets_for(5);
-  std::vector<Arg> args = {Tensor::rand({5, 3}, DType::f32, 1), off, off.numel() - 1};
+  std::vector<Arg> args = {Tensor::rand({5, 1, 128}, DType::f32, 1), off, off.numel() - 1};
   driver::Specialized s = driver::specialize(k, frontend::describe_args(k, args), "pallas");
-  try {
-    s.backend->emit(driver::lower(s, s.space.default_config()));
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    std::string m = e.what();
-    EXPECT_NE(m.find("inner loops that start at a bound computed on the device"), std::string::npos) << m;
-    EXPECT_NE(m.find("dynamic_loops.h"), std::string::npos) << m;
+  EXPECT_EQ(s.space.default_config().text("inner_rows"), "in_place");
+  std::string code = s.backend->emit(driver::lower(s, s.space.default_config()));
+  EXPECT_NE(code.find("PrefetchScalarGridSpec("), std::string::npos) << code;
+  EXPECT_NE(code.find("v4 = arg1_smem[b_g0 + 1]  # load arg1 from SMEM"), std::string::npos) << code;
+  EXPECT_NE(code.find("arg0_hbm.at[pl.ds(v10 + i * BLOCK_ROWS, BLOCK_ROWS)"), std::string::npos) << code;
+  for (const char* strategy : {"stream", "resident"}) {
+    config::Config c = s.space.default_config();
+    c.set("inner_rows", strategy);
+    try {
+      s.backend->emit(driver::lower(s, c));
+      ADD_FAILURE() << strategy << ": no error";
+    } catch (const ConfigError& e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find("starts at a bound computed on the device"), std::string::npos) << m;
+      EXPECT_NE(m.find("dynamic_loops.h"), std::string::npos) << m;
+      EXPECT_NE(m.find("inner_rows to in_place"), std::string::npos) << m;
+    }
   }
 }
 

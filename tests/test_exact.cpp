@@ -223,16 +223,29 @@ TEST(Exact, ConstantsOutsideTheirDtypeAreErrors) {
   }
 }
 
-// Scalar arguments travel as doubles: an int64 one beyond 2^53 is refused, not rounded.
-TEST(Exact, IntegerScalarsBeyondTwoToThe53AreErrors) {
+// Integer scalar arguments keep every bit, beyond 2^53 too: they reach the generated code as
+// 64-bit integers (dt::Scalar), never through a double. 2^53 + 1 as a double is 2^53.
+TEST(Exact, IntegerScalarsKeepEveryBit) {
   static const auto k = deuteron::kernel("add_scalar", [](hl::Tensor x, hl::Scalar s) {
-    auto out = hl::empty_like(x);
-    for (auto t : hl::tile(x.size(0))) out[t] = x[t] + s;
-    return out;
+    auto out = hl::empty_like(x), scaled = hl::empty_like(x);
+    for (auto t : hl::tile(x.size(0))) {
+      out[t] = x[t] + s;
+      scaled[t] = (t.index() + 1) * s;
+    }
+    return std::make_tuple(out, scaled);
   }, untuned());
-  Tensor x = Tensor::zeros({3}, DType::i64);
-  EXPECT_EQ(elements<int64_t>(k(x, int64_t(1) << 53)), std::vector<int64_t>(3, int64_t(1) << 53));
-  EXPECT_THROW(k(x, (int64_t(1) << 53) + 1), ArgumentError);
+  for (int64_t n : {1, 37}) {
+    Tensor x = Tensor::rand({n}, DType::i64, 3, -1000, 1000);
+    auto xs = elements<int64_t>(x);
+    for (int64_t s : {(int64_t(1) << 53) + 1, int64_t(6364136223846793005LL), -(int64_t(1) << 53) - 3, int64_t(INT64_MIN)}) {
+      Outputs r = k(x, s);
+      auto out = elements<int64_t>(r[0]), scaled = elements<int64_t>(r[1]);
+      for (int64_t i = 0; i < n; ++i) {
+        EXPECT_EQ(out[size_t(i)], wrap_add(xs[size_t(i)], s)) << "s " << s << " at " << i;
+        EXPECT_EQ(scaled[size_t(i)], wrap_mul(i + 1, s)) << "s " << s << " at " << i;
+      }
+    }
+  }
 }
 
 // ---- scatter-add ----------------------------------------------------------------------------

@@ -113,6 +113,32 @@ api::RunResult run_checked(const examples::Entry& e, const std::vector<Arg>& arg
   return r;
 }
 
+// Integer scalar arguments keep every bit on the triton target too (JSON integers to the
+// runner, Python ints to the kernel): 2^53 + 1 and 6364136223846793005, at 1 and 37 elements.
+class TritonScalars : public testing::Test {
+ protected:
+  void SetUp() override {
+    std::string problem = python_problem();
+    ASSERT_TRUE(problem.empty()) << problem;
+  }
+  ScopedEnv device_{"DEUTERON_TRITON_DEVICE", "interpret"};
+};
+TEST_F(TritonScalars, Int64ScalarsKeepEveryBit) {
+  static const auto k = deuteron::kernel("add_int_scalar", [](hl::Tensor x, hl::Scalar s) {
+    auto out = hl::empty_like(x);
+    for (auto t : hl::tile(x.size(0))) out[t] = x[t] + s;
+    return out;
+  });
+  for (int64_t n : {1, 37}) {
+    Tensor x = Tensor::rand({n}, DType::i64, 3, -1000, 1000);
+    for (int64_t s : {(int64_t(1) << 53) + 1, int64_t(6364136223846793005LL)}) {
+      api::RunResult r = api::run(k, {x, s}, "triton");
+      for (int64_t i = 0; i < n; ++i)
+        EXPECT_EQ(r.outputs[0].data_as<int64_t>()[i], x.data_as<int64_t>()[i] + s) << "s " << s << " at " << i;
+    }
+  }
+}
+
 using TritonRun = Interpreted<RunCase>;
 
 TEST_P(TritonRun, MatchesReference) {

@@ -225,12 +225,12 @@ class Arena {
     }
     for (const ir::ScalarParam& sp : s.ir.scalars) {
       if (!args.empty()) {
-        const Arg& a = args.at(size_t(sp.arg_index));
-        scalars_.push_back(std::holds_alternative<double>(a) ? std::get<double>(a)
-                                                             : double(std::get<int64_t>(a)));
+        scalars_.push_back(backends::scalar_value(args.at(size_t(sp.arg_index)), sp.dtype));
       } else {
-        scalars_.push_back(is_floating(sp.dtype) ? 0.5 : 1.0);
+        scalars_.push_back(is_floating(sp.dtype) ? backends::scalar_value(0.5, sp.dtype)
+                                                 : backends::scalar_value(int64_t(1), sp.dtype));
       }
+      integer_.push_back(!is_floating(sp.dtype));
     }
   }
   ~Arena() {
@@ -249,7 +249,8 @@ class Arena {
     for (const Slot& s : slots_)
       if (s.bytes > 0) r += fmt::format("region {} {} {}\n", s.off, s.bytes, s.output ? "rw" : "ro");
     for (const Slot& s : slots_) r += fmt::format("tensor {}\n", s.off);
-    for (double v : scalars_) r += fmt::format("scalar {:.17g}\n", v);
+    for (size_t i = 0; i < scalars_.size(); ++i)
+      r += integer_[i] ? fmt::format("scalar i {}\n", scalars_[i].integer) : fmt::format("scalar f {:.17g}\n", scalars_[i].real);
     return r;
   }
   size_t bytes() const { return bytes_; }
@@ -259,7 +260,8 @@ class Arena {
   char* base_ = nullptr;
   size_t bytes_ = 0;
   std::vector<Slot> slots_;
-  std::vector<double> scalars_;
+  std::vector<backends::ScalarValue> scalars_;
+  std::vector<bool> integer_;  // per scalar: an integer (exact in the request)
 };
 
 double median(std::vector<double> v) {

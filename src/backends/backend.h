@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <fmt/format.h>
@@ -20,12 +21,33 @@
 
 namespace deuteron::backends {
 
+// A scalar argument as an executable receives it: an integer scalar exactly (all 64 bits, in
+// `integer`), a float one in `real`; the IR's ScalarParam dtype says which. The cpu target's
+// generated code takes an array of these (dt::Scalar in deuteron_cpu.h, the same layout).
+union ScalarValue {
+  double real;
+  int64_t integer;
+};
+
+// The value of a kernel argument (deuteron::Arg) for a scalar parameter of dtype `t`: an
+// int64 argument stays exact for an integer parameter (a double one is truncated, as C++ does).
+inline ScalarValue scalar_value(const std::variant<Tensor, double, int64_t>& a, DType t) {
+  ScalarValue v;
+  const int64_t* i = std::get_if<int64_t>(&a);
+  double d = i ? double(*i) : std::get<double>(a);
+  if (is_floating(t))
+    v.real = d;
+  else
+    v.integer = i ? *i : int64_t(d);
+  return v;
+}
+
 class Executable {
  public:
   virtual ~Executable() = default;
   // tensors: the IR's host tensors in order (inputs and allocated outputs); scalars: the
   // scalar arguments in order.
-  virtual void run(const std::vector<Tensor>& tensors, const std::vector<double>& scalars) = 0;
+  virtual void run(const std::vector<Tensor>& tensors, const std::vector<ScalarValue>& scalars) = 0;
   // An executable compiled to time its grid steps (Backend::compile_traced): the steps of its
   // last run, in grid order; empty for any other.
   struct StepTime {

@@ -124,15 +124,7 @@ Bound bind_args(const Specialized& s, const std::vector<Arg>& args) {
     }
   }
   for (const ir::ScalarParam& sp : s.ir.scalars) {
-    const Arg& a = args.at(size_t(sp.arg_index));
-    // Scalars reach the executable as doubles: an integer beyond 2^53 would arrive rounded.
-    if (auto* i = std::get_if<int64_t>(&a); i && (*i > (int64_t(1) << 53) || *i < -(int64_t(1) << 53)))
-      throw ArgumentError(fmt::format("kernel '{}': the integer scalar argument '{}' = {} is beyond 2^53, which "
-                                      "scalar arguments cannot carry exactly",
-                                      s.kernel->name(), sp.name, *i),
-                          format_location(s.kernel->location()), "pass it in a one-element int64 tensor instead");
-    b.scalars.push_back(std::holds_alternative<double>(a) ? std::get<double>(a)
-                                                          : double(std::get<int64_t>(a)));
+    b.scalars.push_back(backends::scalar_value(args.at(size_t(sp.arg_index)), sp.dtype));  // integers exact
   }
   for (int o : s.ir.outputs) b.outputs.push_back(b.tensors[size_t(o)]);
   return b;

@@ -55,7 +55,7 @@ plan::Plan lower(const Specialized& s, const config::Config& c);
 // Allocates outputs, binds arguments to the IR's host tensors, and runs.
 struct Bound {
   std::vector<Tensor> tensors;  // IR host tensors in order
-  std::vector<double> scalars;
+  std::vector<backends::ScalarValue> scalars;
   Outputs outputs;
 };
 Bound bind_args(const Specialized& s, const std::vector<Arg>& args);

@@ -42,7 +42,8 @@ struct Kernel {
   std::string ident;                     // as a C identifier
   std::vector<std::string> shape_names;  // "M", "N", ...
   std::vector<TensorArg> tensors;        // the IR's host tensors in order
-  std::vector<std::string> scalars;      // scalar arguments, as doubles
+  std::vector<std::string> scalars;      // scalar arguments
+  std::vector<bool> scalar_integer;      // per scalar: an integer (an int64_t parameter, exact), else a double
   std::vector<Size> axes;                // the IR's axes, in order (general variants' `sizes`)
   std::vector<Variant> tuned, general;
   std::string no_general;  // why there is no general variant (empty: there is)

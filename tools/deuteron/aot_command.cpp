@@ -228,7 +228,10 @@ aot::Kernel plan_kernel(const examples::Entry& e, const std::vector<std::vector<
     }
     k.tensors.push_back(arg);
   }
-  for (const ir::ScalarParam& sp : sa.ir.scalars) k.scalars.push_back(runtime::identifier(sp.name));
+  for (const ir::ScalarParam& sp : sa.ir.scalars) {
+    k.scalars.push_back(runtime::identifier(sp.name));
+    k.scalar_integer.push_back(!is_floating(sp.dtype));
+  }
   for (size_t a = 0; a < sa.ir.axes.size(); ++a) {
     k.axes.push_back(size_of(sa.ir.axes[a].extent, sb.ir.axes[a].extent, pa, pb));
     if (k.axes.back().param == -2)

@@ -52,11 +52,18 @@ std::string describe(const Kernel& k) {
   return fmt::format("{} -> {}", fmt::join(in, ", "), fmt::join(out, ", "));
 }
 
+// The scalar parameters of a kernel's entry points: integers as int64_t (exact), floats as double.
+std::vector<std::string> scalar_params(const Kernel& k) {
+  std::vector<std::string> p;
+  for (size_t i = 0; i < k.scalars.size(); ++i) p.push_back((k.scalar_integer[i] ? "int64_t " : "double ") + k.scalars[i]);
+  return p;
+}
+
 std::string params_of(const Kernel& k) {
   std::vector<std::string> p;
   for (const TensorArg& t : k.tensors)
     p.push_back(fmt::format("{}{}* {}", t.output ? "" : "const ", storage_ctype(t.dtype), t.name));
-  for (const std::string& s : k.scalars) p.push_back("double " + s);
+  for (const std::string& s : scalar_params(k)) p.push_back(s);
   for (const std::string& n : k.shape_names) p.push_back("int64_t " + runtime::identifier(n));
   return fmt::format("{}", fmt::join(p, ", "));
 }
@@ -113,7 +120,7 @@ const char* {0}_last_error(void);
   for (const Kernel& k : b.kernels) {
     std::vector<std::string> views;
     for (const TensorArg& t : k.tensors) views.push_back(fmt::format("{}const {}_tensor* {}", t.output ? "" : "", n, t.name));
-    for (const std::string& s : k.scalars) views.push_back("double " + s);
+    for (const std::string& s : scalar_params(k)) views.push_back(s);
     std::string names = fmt::format("{}", fmt::join(k.shape_names, ", "));
     h += fmt::format(R"TXT(
 /* {0}: {1}
@@ -158,8 +165,13 @@ std::string prelude(const Build& b) {
 
 namespace {{
 
-using KernelFn = void(void* const*, const double*, char*, long, int64_t*);
-using GeneralFn = void(void* const*, const double*, char*, long, int64_t*, const int64_t*);
+// One scalar argument: the generated code's dt::Scalar.
+union Scalar {{
+  double real;
+  int64_t integer;
+}};
+using KernelFn = void(void* const*, const Scalar*, char*, long, int64_t*);
+using GeneralFn = void(void* const*, const Scalar*, char*, long, int64_t*, const int64_t*);
 
 // A size of the kernel: shape parameter `param`, or `fixed` when param < 0.
 struct Size {{
@@ -268,7 +280,7 @@ char* scratch(size_t bytes) {{
   return b.data;
 }}
 
-int launch(const KernelSpec& k, const int64_t* shape, void* const* tensors, const double* scalars) {{
+int launch(const KernelSpec& k, const int64_t* shape, void* const* tensors, const Scalar* scalars) {{
   if (int rc = check_sizes(k, shape)) return rc;
   for (int t = 0; t < k.tensors; ++t)
     if (!tensors[t]) return fail({2}_BAD_ARGUMENT, std::string(k.name) + ": " + k.tensor[t].name + " is a null pointer");
@@ -380,9 +392,9 @@ std::string kernel_dispatch(const Build& b, const Kernel& k) {
   std::string K = k.ident;
   std::string s = fmt::format("\n// ---- {}: {} ----\n", k.name, describe(k));
   for (const Variant& v : k.tuned)
-    s += fmt::format("extern \"C\" void {}(void* const*, const double*, char*, long, int64_t*);\n", v.code.entry);
+    s += fmt::format("extern \"C\" void {}(void* const*, const Scalar*, char*, long, int64_t*);\n", v.code.entry);
   for (const Variant& v : k.general) {
-    s += fmt::format("extern \"C\" void {}(void* const*, const double*, char*, long, int64_t*, const int64_t*);\n",
+    s += fmt::format("extern \"C\" void {}(void* const*, const Scalar*, char*, long, int64_t*, const int64_t*);\n",
                      v.code.entry);
     if (!v.code.scratch_function.empty())
       s += fmt::format("extern \"C\" long {}(const int64_t*);\n", v.code.scratch_function);
@@ -429,12 +441,12 @@ std::string kernel_dispatch(const Build& b, const Kernel& k) {
     ptrs.push_back(t.output ? t.name : fmt::format("const_cast<{}*>({})", storage_ctype(t.dtype), t.name));
     view_params.push_back(fmt::format("const {}_tensor* {}", n, t.name));
   }
-  for (const std::string& sc : k.scalars) {
-    view_params.push_back("double " + sc);
-    scalar_args.push_back(sc);
+  for (size_t i = 0; i < k.scalars.size(); ++i) {
+    view_params.push_back(scalar_params(k)[i]);
+    scalar_args.push_back(fmt::format("{{.{} = {}}}", k.scalar_integer[i] ? "integer" : "real", k.scalars[i]));
   }
-  std::string scalars = scalar_args.empty() ? "const double* scalars = nullptr;"
-                                            : fmt::format("const double scalars[] = {{{}}};", fmt::join(scalar_args, ", "));
+  std::string scalars = scalar_args.empty() ? "const Scalar* scalars = nullptr;"
+                                            : fmt::format("const Scalar scalars[] = {{{}}};", fmt::join(scalar_args, ", "));
   std::vector<std::string> shape_params;
   for (const std::string& p : shape_args) shape_params.push_back("int64_t " + p);
   std::vector<std::string> view_names;

@@ -32,7 +32,7 @@ std::string runtime_dir() {
       .string();
 }
 
-using KernelFn = void(void* const*, const double*, char*, long, int64_t*);
+using KernelFn = void(void* const*, const backends::ScalarValue*, char*, long, int64_t*);
 
 class CpuExecutable : public backends::Executable {
  public:
@@ -47,7 +47,7 @@ class CpuExecutable : public backends::Executable {
     trace_slot_ = slot;
     trace_.assign(size_t(3 * grid_size), 0.0);
   }
-  void run(const std::vector<Tensor>& tensors, const std::vector<double>& scalars) override {
+  void run(const std::vector<Tensor>& tensors, const std::vector<backends::ScalarValue>& scalars) override {
     std::vector<void*> ptrs;
     for (const Tensor& t : tensors) ptrs.push_back(t.data());
     int64_t status[2] = {0, 0};

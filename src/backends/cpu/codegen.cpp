@@ -105,7 +105,7 @@ class Generator {
       line("  ~deuteron_step_trace() { if (row) row[2] = omp_get_wtime(); }  // every way out of the step");
       line("};");
     }
-    line(fmt::format("extern \"C\" void {}(void* const* tensors, const double* scalars, char* scratch,", entry_));
+    line(fmt::format("extern \"C\" void {}(void* const* tensors, const dt::Scalar* scalars, char* scratch,", entry_));
     line(rt_ ? "                                long scratch_per_thread, int64_t* status, const int64_t* sizes) {"
              : "                                long scratch_per_thread, int64_t* status) {");
     ++indent_;
@@ -231,8 +231,8 @@ class Generator {
                        storage_ctype(t.dtype), i));
     }
     for (size_t i = 0; i < k_.scalars.size(); ++i)
-      line(fmt::format("const {} {} = {}(scalars[{}]);", ctype(k_.scalars[i].dtype), scalar_name(int(i)),
-                       ctype(k_.scalars[i].dtype), i));
+      line(fmt::format("const {} {} = {}(scalars[{}].{});", ctype(k_.scalars[i].dtype), scalar_name(int(i)),
+                       ctype(k_.scalars[i].dtype), i, is_floating(k_.scalars[i].dtype) ? "real" : "integer"));
   }
 
   // Outputs made by hl::zeros / hl::full in host code, set on every launch.

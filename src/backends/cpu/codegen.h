@@ -14,7 +14,7 @@ namespace deuteron::cpu {
 std::string entry_name(const plan::Plan& p);
 
 // One C++ function per kernel, the config in a comment. Signature of the entry point:
-//   void deuteron_<kernel>(void* const* tensors, const double* scalars, char* scratch,
+//   void deuteron_<kernel>(void* const* tensors, const dt::Scalar* scalars, char* scratch,
 //                          long scratch_per_thread, int64_t* status)
 // tensors: the IR's host tensors in order; scalars: the scalar arguments; scratch: per-thread
 // fast memory, threads x scratch_per_thread bytes, 64-byte aligned; status: two zeroed words,

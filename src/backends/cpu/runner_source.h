@@ -45,7 +45,12 @@ inline constexpr const char* kCpuRunnerSource = R"RUNNER(
 
 extern "C" int omp_get_max_threads(void);
 
-typedef void KernelFn(void* const*, const double*, char*, long, int64_t*);
+// A scalar argument: `scalar i <integer>` (exact) or `scalar f <double>` in the request.
+union Scalar {
+  double real;
+  int64_t integer;
+};
+typedef void KernelFn(void* const*, const Scalar*, char*, long, int64_t*);
 
 static double now() {
   timespec ts;
@@ -134,7 +139,7 @@ int main() {
   long arena_bytes = 0, memlimit = 0;
   std::vector<Region> regions;
   std::vector<long> tensor_offsets;
-  std::vector<double> scalars;
+  std::vector<Scalar> scalars;
   std::vector<Kernel> kernels;
   double warmup_s = 0.02, budget_s = 0.1, cutoff_s = 0;
   int min_reps = 3, max_reps = 100, pause = 0;
@@ -158,7 +163,15 @@ int main() {
       sscanf(rest, "%ld", &off);
       tensor_offsets.push_back(off);
     } else if (w == "scalar") {
-      scalars.push_back(strtod(rest, nullptr));
+      char kind[4] = {0};
+      int used = 0;
+      sscanf(rest, "%3s %n", kind, &used);
+      Scalar v;
+      if (kind[0] == 'i')
+        v.integer = strtoll(rest + used, nullptr, 10);
+      else
+        v.real = strtod(rest + used, nullptr);
+      scalars.push_back(v);
     } else if (w == "kernel") {
       Kernel k;
       char entry[512] = {0};
@@ -199,7 +212,7 @@ int main() {
   }
   std::vector<void*> ptrs;
   for (long off : tensor_offsets) ptrs.push_back(base + off);
-  if (scalars.empty()) scalars.push_back(0.0);
+  if (scalars.empty()) scalars.push_back(Scalar{0.0});
 
   for (Kernel& k : kernels) {
     void* h = dlopen(k.path.c_str(), RTLD_NOW | RTLD_LOCAL);

@@ -108,7 +108,10 @@ void PallasBackend::extend_space(const ir::Kernel& k, const config::TargetLimits
   for (const ir::Loop& loop : k.loops) {
     if (loop.grid) continue;
     std::string key = config::keys::inner_loop(k.axes[size_t(loop.axes.front())].name);
-    if (space.find(key)) space.set_default_value(key, config::keys::kStream);
+    // A loop starting at a device value runs only as a fori_loop (its blocks start at element
+    // offsets, which emit_pipeline's block indices cannot express).
+    bool device_begin = loop.begin.front().value >= 0;
+    if (space.find(key)) space.set_default_value(key, device_begin ? config::keys::kInPlace : config::keys::kStream);
   }
 }
 

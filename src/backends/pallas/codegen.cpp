@@ -209,7 +209,8 @@ struct Inner {
   int axis = -1;
   LoopKind kind = LoopKind::Unroll;
   int buffers = 2;        // Pipeline: blocks staged ahead; Fori: 1 or 2 (single, double)
-  int64_t begin = 0;      // first element
+  int64_t begin = 0;      // first element (a constant begin)
+  ir::ValueId begin_value = -1;  // a begin computed on the device (then `begin` is 0)
   int64_t blocks = 0;     // blocks when the end is a constant (else an upper bound)
   ir::ValueId end = -1;   // an end computed on the device (else the axis' extent)
   std::vector<int> streams;
@@ -234,6 +235,9 @@ std::string block_slice(const ir::Kernel& k, int axis) { return py_name(k.axes[s
 // rather than masked.
 using plan::ReduceLoop;
 
+// An access at indices read from a tensor.
+bool gathers(const ir::Op& op);
+
 class Analysis {
  public:
   Analysis(const plan::Plan& p, const TpuGeneration& chip)
@@ -256,6 +260,11 @@ class Analysis {
   std::vector<ReduceLoop> reduce_loops;
   std::map<int, int> reduce_loop_of_op;  // op -> its entry of reduce_loops
   std::set<int> smem_gathers;            // gathering loads in the keys::kSmem form (else one-hot)
+  // Integer tensors read as scalars (offsets[{s}], lengths[{r, 0}]): passed whole, flattened, into
+  // SMEM by scalar prefetch (pltpu.PrefetchScalarGridSpec), in tensor order, each once.
+  std::set<int> scatters;                 // hl::atomic_add ops at gathered indices
+  std::vector<int> prefetched;            // tensors
+  std::map<int, int> prefetch_of_op;      // scalar load op -> its tensor's entry of `prefetched`
 
   // An axis of kind Reduction split into blocks (not persistent).
   bool looped(int axis) const { return plan::looped(p, axis); }
@@ -311,14 +320,19 @@ class Analysis {
         unsupported("grid loops with bounds computed on the device", "has one", format_location(grid.loc));
     for (const ir::Stmt& s : grid.body)
       if (s.kind == ir::Stmt::Kind::Loop) find_inner_loop(s.id);
-    for (const ir::Op& op : k.ops)
-      for (const ir::Index& e : op.index)
-        if (e.kind == ir::Index::Kind::Gather && (op.kind == OpKind::Store || op.atomic_add))
-          unsupported(op.atomic_add ? "scatter-add (hl::atomic_add at gathered indices)" : "scatters",
-                      fmt::format("writes {} at indices it reads from a tensor", k.tensors[size_t(op.tensor)].name),
-                      where(op));
+    for (size_t o = 0; o < k.ops.size(); ++o) {
+      const ir::Op& op = k.ops[o];
+      if (op.kind != OpKind::Store || !gathers(op)) continue;
+      if (!op.atomic_add)
+        unsupported("scatters (stores at gathered indices)",
+                    fmt::format("writes {} at indices it reads from a tensor", k.tensors[size_t(op.tensor)].name),
+                    where(op), "add with hl::atomic_add into an hl::zeros output, or run this kernel on the cpu target");
+      check_scatter(op);
+      scatters.insert(int(o));
+    }
     check_blocks();
     find_reduce_loops();
+    find_scalar_reads();
     build_operands();
     choose_gathers();
     check_revisits();
@@ -341,11 +355,8 @@ class Analysis {
     in.loop = id;
     in.axis = loop.axes.front();
     in.index = "i_" + py_name(k.axes[size_t(in.axis)].name);
-    if (loop.begin[0].value >= 0)
-      unsupported("inner loops that start at a bound computed on the device (its blocks are indexed from a "
-                  "constant first element)",
-                  "has one", format_location(loop.loc));
     in.begin = loop.begin[0].constant;
+    in.begin_value = loop.begin[0].value;
     in.end = loop.end[0].value;
     bool staged = false, in_place = false;
     for (const plan::BlockSpec& s : p.operands) {
@@ -360,6 +371,16 @@ class Analysis {
     for (size_t c = 0; c < p.carried.size(); ++c)
       if (p.carried[c].loop == id) in.carried.push_back(int(c));
     const std::string axis = k.axes[size_t(in.axis)].name;
+    // Blocks that start at a device value are element offsets, not block indices: only the
+    // fori_loop's own copies (pl.ds(begin + i * block, block) from HBM) can address them.
+    if (in.begin_value >= 0 && in.kind != LoopKind::Fori)
+      config_error(fmt::format("the inner loop over {} starts at a bound computed on the device, so its blocks start "
+                               "at element offsets that {} cannot address",
+                               axis, in.kind == LoopKind::Unroll ? "a loop unrolled at trace time"
+                                                                 : "emit_pipeline's block index maps"),
+                   format_location(loop.loc),
+                   fmt::format("set {} to {} (a fori_loop copying each block from HBM)", config::keys::inner_loop(axis),
+                               config::keys::kInPlace));
     if (in.kind == LoopKind::Unroll && in.end >= 0)
       config_error(fmt::format("the inner loop over {} ends at a bound computed on the device, which a loop "
                                "unrolled at trace time (every operand resident) cannot follow",
@@ -484,7 +505,9 @@ class Analysis {
             slices.push_back(fmt::format("pl.ds({}, {})", start, constant));
             sliced = true;
           } else {  // one block of the inner loop: index i (+ the loop's first block)
-            o.reach.push_back((in->blocks + e.begin / b) * b);
+            // From a device begin (at most the extent) a block may reach one block past the
+            // blocks of the extent.
+            o.reach.push_back((in->blocks + (in->begin_value >= 0 ? 1 : 0) + e.begin / b) * b);
             o.shape.push_back(b);
             o.shape_text.push_back(constant);
             o.index.push_back(e.begin / b ? fmt::format("{} + {}", in->index, e.begin / b) : in->index);
@@ -528,6 +551,77 @@ class Analysis {
     return o;
   }
 
+  // hl::atomic_add(out, {idx[t], ...}, v): its block of out holds the whole gathered dim (a
+  // constant index map, so the grid steps that add into it run in order on one core: the grid
+  // axes are "arbitrary"), and a fori_loop adds one row of v at a time at its index. What that
+  // loop needs: one gathered dim, the first of the block, indices over one dim of the block.
+  void check_scatter(const ir::Op& op) {
+    const ir::HostTensor& t = k.tensors[size_t(op.tensor)];
+    int gathered = 0, before = 0;
+    ir::ValueId idx = -1;
+    for (const ir::Index& e : op.index) {
+      if (e.kind == ir::Index::Kind::Gather) {
+        ++gathered;
+        idx = e.value;
+      } else if (e.kind == ir::Index::Kind::Axis && !gathered) {
+        ++before;
+      }
+    }
+    std::vector<int> rows;
+    for (int d : k.value(idx).dims)
+      if (d != ir::kOne) rows.push_back(d);
+    if (gathered != 1 || before != 0 || rows.size() != 1)
+      unsupported("this scatter-add",
+                  fmt::format("adds into {} at {}", t.name,
+                              gathered != 1 ? "indices along several dims"
+                              : before     ? "a gathered dim after a sliced one"
+                                           : "indices that are not one block of a tile"),
+                  where(op), "gather along the first sliced dim with a 1-D block of indices, or run this kernel on the cpu target");
+  }
+
+  // A load of one element of an integer input at constants and hl::grid indices reads SMEM: a
+  // VMEM block of one element breaks the block-shape rule, and the scalar unit wants it in SMEM
+  // anyway (loop bounds, indices).
+  void find_scalar_reads() {
+    std::set<int> tensors;
+    std::vector<int> ops;
+    for (const plan::BlockSpec& s : p.operands) {
+      const ir::HostTensor& t = k.tensors[size_t(s.tensor)];
+      if (s.store || t.role != ir::HostRole::Input || (t.dtype != DType::i32 && t.dtype != DType::i64)) continue;
+      bool scalar = std::all_of(s.index_map.begin(), s.index_map.end(), [&](const plan::IndexTerm& e) {
+        return e.kind == plan::IndexTerm::Kind::Constant ||
+               (e.kind == plan::IndexTerm::Kind::Scalar && e.grid_axis >= 0 && block[size_t(e.grid_axis)] == 1) ||
+               (e.kind == plan::IndexTerm::Kind::Scalar && e.value >= 0 && scalar_index_expressible(e.value));
+      });
+      if (!scalar) continue;
+      tensors.insert(s.tensor);
+      ops.push_back(s.op);
+    }
+    prefetched.assign(tensors.begin(), tensors.end());
+    for (int op : ops)
+      prefetch_of_op[op] = int(std::find(prefetched.begin(), prefetched.end(), k.ops[size_t(op)].tensor) - prefetched.begin());
+  }
+
+  // An index value the kernel can spell as a scalar expression (index_expression): computed
+  // values, constants, hl::grid indices and integer arithmetic on them.
+  bool scalar_index_expressible(ir::ValueId v) const {
+    const ir::Value& val = k.value(v);
+    if (p.computed[size_t(v)]) return true;
+    if (val.def_op < 0 || is_floating(val.dtype)) return false;
+    const ir::Op& op = k.ops[size_t(val.def_op)];
+    switch (op.kind) {
+      case OpKind::Full: return true;
+      case OpKind::TileIndex:
+      case OpKind::TileBegin: return op.axis >= 0 && grid_axis(op.axis) && block[size_t(op.axis)] == 1;
+      case OpKind::Cast: return scalar_index_expressible(op.inputs[0]);
+      case OpKind::Binary:
+        return (op.binary == ir::BinaryFn::Add || op.binary == ir::BinaryFn::Sub || op.binary == ir::BinaryFn::Mul ||
+                op.binary == ir::BinaryFn::Max || op.binary == ir::BinaryFn::Min) &&
+               scalar_index_expressible(op.inputs[0]) && scalar_index_expressible(op.inputs[1]);
+      default: return false;
+    }
+  }
+
   // The pallas_call operands and the inner loops' streams: one per distinct block (the plan's
   // de-duplication, and equal blocks of different accesses), one HBM operand per tensor that an
   // inner loop streams.
@@ -547,6 +641,7 @@ class Analysis {
       const plan::BlockSpec& s = p.operands[i];
       const ir::Op& op = k.ops[size_t(s.op)];
       const ir::HostTensor& t = k.tensors[size_t(s.tensor)];
+      if (prefetch_of_op.count(s.op)) continue;  // in SMEM, no block
       if (!s.store && t.role == ir::HostRole::Output)
         unsupported("reading output tensors", fmt::format("reads output {}", t.name), where(op));
       if (s.store && t.role == ir::HostRole::Input)
@@ -621,6 +716,7 @@ class Analysis {
     for (Operand& o : operands)
       if (o.padded == k.tensors[size_t(o.block.tensor)].shape) o.padded.clear();
     for (size_t i = 0; i < p.operands.size(); ++i) {
+      if (prefetch_of_op.count(p.operands[i].op)) continue;
       Access a;
       a.index = spec_index[i];
       if (spec_stream[i] >= 0) {
@@ -649,6 +745,7 @@ class Analysis {
     // A resident block takes its loop's buffer count (1: fetched when its index changes,
     // without overlap; 2: the next outer step's block is fetched while this one computes).
     for (size_t i = 0; i < p.operands.size(); ++i) {
+      if (prefetch_of_op.count(p.operands[i].op)) continue;
       const Inner* in = inner_for_loop(p.operands[i].loop);
       Operand& o = operands[size_t(access[p.operands[i].op].operand)];
       if (in && in->kind == LoopKind::Unroll && o.block.buffers == 2) o.block.buffers = std::min(in->buffers, 2);
@@ -865,6 +962,15 @@ bool gathers(const ir::Op& op) {
   return std::any_of(op.index.begin(), op.index.end(), [](const ir::Index& e) { return e.kind == ir::Index::Kind::Gather; });
 }
 
+// The axis of a scatter-add's indices: the rows it adds one at a time.
+int scatter_rows(const ir::Kernel& k, const ir::Op& op) {
+  for (const ir::Index& e : op.index)
+    if (e.kind == ir::Index::Kind::Gather)
+      for (int d : k.value(e.value).dims)
+        if (d != ir::kOne) return d;
+  return -1;
+}
+
 // The block axis of a gathering load in the kSmem form (its rows).
 int kept_axis(const ir::Op& op) {
   for (const ir::Index& e : op.index)
@@ -944,6 +1050,11 @@ Footprint footprint(const Analysis& an) {
     f.scratch += padded_vmem_bytes(an.chip, {rows}, DType::i32) +
                  padded_vmem_bytes(an.chip, {rows, 1}, k.tensors[size_t(op.tensor)].dtype);
   }
+  for (int o : an.scatters) {  // the indices (VMEM, and SMEM) and the rows added
+    const ir::Op& op = k.ops[size_t(o)];
+    f.scratch += padded_vmem_bytes(an.chip, {an.block[size_t(scatter_rows(k, op))]}, DType::i32) +
+                 value_bytes(an, op.inputs.back());
+  }
   f.temporaries = peak_temporaries(an, an.grid_loop);
   return f;
 }
@@ -953,7 +1064,9 @@ std::string loop_summary(const Analysis& an, const Inner& in) {
 const ir::Kernel& k_ = an.k;
 const plan::Plan& p_ = an.p;
   const std::string& axis = k_.axes[size_t(in.axis)].name;
-  std::string count = in.end >= 0 ? fmt::format("up to {} blocks", in.blocks) : fmt::format("{} blocks", in.blocks);
+  std::string count = in.end >= 0 || in.begin_value >= 0 ? fmt::format("up to {} blocks", in.blocks)
+                                                         : fmt::format("{} blocks", in.blocks);
+
   std::string how;
   std::string config = fmt::format("{} = {}", config::keys::inner_loop(axis), p_.config.text(config::keys::inner_loop(axis)));
   switch (in.kind) {
@@ -967,7 +1080,8 @@ const plan::Plan& p_ = an.p;
   }
   if (in.kind != LoopKind::Unroll && p_.config.has(config::keys::buffers(axis)))
     config += fmt::format(", {} = {}", config::keys::buffers(axis), p_.config.integer(config::keys::buffers(axis)));
-  return fmt::format("inner loop over {} ({} of {}): {} ({})", axis, count, "BLOCK_" + upper(py_name(k_.axes[size_t(in.axis)].name)), how, config);
+  return fmt::format("inner loop over {} ({} of {}{}): {} ({})", axis, count, "BLOCK_" + upper(py_name(k_.axes[size_t(in.axis)].name)),
+                     in.begin_value >= 0 ? ", from a begin computed on the device" : "", how, config);
 }
 
 // The looped reduction axes, each once, in axis order.
@@ -1022,6 +1136,46 @@ class Generator {
   std::set<ir::ValueId> emitted_;  // values written so far outside reduction loops
 
   std::string kernel_name() const { return py_name(k_.name) + "_kernel"; }
+  // The SMEM ref of a prefetched tensor (the kernel's first parameters, the index maps' last).
+  std::string prefetch_ref(int tensor) const { return py_name(k_.tensors[size_t(tensor)].name) + "_smem"; }
+  std::vector<std::string> prefetch_refs() const {
+    std::vector<std::string> refs;
+    for (int t : an_.prefetched) refs.push_back(prefetch_ref(t));
+    return refs;
+  }
+  // An index value as a scalar expression (Analysis::scalar_index_expressible says which).
+  std::string index_expression(ir::ValueId v, bool nested = false) {
+    if (p_.computed[size_t(v)]) return var(v);
+    const ir::Op& op = k_.ops[size_t(k_.value(v).def_op)];
+    switch (op.kind) {
+      case OpKind::Full: return fmt::format("{}", op.number.integer);
+      case OpKind::TileIndex:
+      case OpKind::TileBegin: return block_start(op.axis);
+      case OpKind::Cast: return index_expression(op.inputs[0], nested);
+      default: {
+        std::string e = binary(op.binary, index_expression(op.inputs[0], true), index_expression(op.inputs[1], true));
+        return nested ? "(" + e + ")" : e;
+      }
+    }
+  }
+  // One element of a prefetched tensor: its flat index from constants and grid indices.
+  std::string scalar_read(const ir::Op& op) {
+    const plan::BlockSpec& s = *p_.spec_for_op(int(&op - k_.ops.data()));
+    const std::vector<int64_t>& shape = k_.tensors[size_t(op.tensor)].shape;
+    std::vector<std::string> terms;
+    int64_t stride = 1, constant = 0;
+    for (size_t d = shape.size(); d-- > 0; stride *= shape[d]) {
+      const plan::IndexTerm& e = s.index_map[d];
+      if (e.kind == plan::IndexTerm::Kind::Constant) {
+        constant += e.constant * stride;
+        continue;
+      }
+      std::string at = e.grid_axis >= 0 ? block_start(e.grid_axis) : index_expression(e.value, shape.size() > 1);
+      terms.insert(terms.begin(), stride == 1 ? at : fmt::format("({}) * {}", at, stride));
+    }
+    if (constant || terms.empty()) terms.push_back(fmt::format("{}", constant));
+    return fmt::format("{}[{}]", prefetch_ref(op.tensor), fmt::join(terms, " + "));
+  }
   std::string axis_name(int a) const { return py_name(k_.axes[size_t(a)].name); }
   std::string axis_const(int a) const { return "BLOCK_" + upper(axis_name(a)); }
   const Inner* inner_of(int a) const {
@@ -1041,6 +1195,7 @@ class Generator {
   std::string block_start(int a) {
     int64_t first = an_.begin[size_t(a)];
     std::string s = an_.block[size_t(a)] == 1 ? pid(a) : fmt::format("{} * {}", pid(a), axis_const(a));
+    if (const Inner* in = inner_of(a); in && in->begin_value >= 0) return fmt::format("{} + {}", var(in->begin_value), s);
     return first ? fmt::format("{} + {}", s, first) : s;
   }
   // One past the last index the loop over axis a covers.
@@ -1183,7 +1338,7 @@ class Generator {
   std::string kernel() {
     Lines lines;
     body(an_.grid_loop, lines);
-    std::vector<std::string> params;
+    std::vector<std::string> params = prefetch_refs();
     for (const Operand& o : an_.operands) params.push_back(o.ref);
     params.insert(params.end(), scratch_refs_.begin(), scratch_refs_.end());
     std::string sig = fmt::format("def {}({}", kernel_name(), fmt::join(params, ", "));
@@ -1289,8 +1444,10 @@ class Generator {
     const Inner* saved = current_;
     current_ = &in;
     uses_index_ = false;
-    std::string trips =
-        in.end >= 0 ? fmt::format("pl.cdiv({} - {}, {})", var(in.end), in.begin, axis_const(in.axis)) : fmt::format("{}", in.blocks);
+    std::string trips = in.begin_value >= 0 ? fmt::format("pl.cdiv({} - {}, {})", axis_end(in.axis), var(in.begin_value),
+                                                          axis_const(in.axis))
+                        : in.end >= 0 ? fmt::format("pl.cdiv({} - {}, {})", var(in.end), in.begin, axis_const(in.axis))
+                                      : fmt::format("{}", in.blocks);
     std::vector<const plan::CarriedValue*> carried;
     for (int c : in.carried) carried.push_back(&p_.carried[size_t(c)]);
 
@@ -1419,7 +1576,9 @@ class Generator {
             continue;
           }
           std::string e = st->block.axis[d] == in.axis ? "i" + idx[d].substr(in.index.size()) : idx[d];
-          std::string start = e == "0" ? "0"
+          std::string start = st->block.axis[d] == in.axis && in.begin_value >= 0
+                                  ? fmt::format("{} + i * {}", var(in.begin_value), st->block.shape_text[d])
+                              : e == "0" ? "0"
                               : e.find(' ') == std::string::npos
                                   ? fmt::format("{} * {}", e, st->block.shape_text[d])
                                   : fmt::format("({}) * {}", e, st->block.shape_text[d]);
@@ -1466,8 +1625,15 @@ class Generator {
     }
     step.push_back("return carry");
     if (!reads.empty() && slots == 2) {
-      lines.push_back(fmt::format("for c in {}(0, 0):  # the first block", read_fn));
-      lines.push_back("    c.start()");
+      // A loop bounded on the device may run no trips: then nothing may be left in flight.
+      bool device_trips = in.end >= 0 || in.begin_value >= 0;
+      if (device_trips) {
+        lines.push_back(fmt::format("@pl.when({} > 0)", trips));
+        lines.push_back("def _first():");
+      }
+      std::string pad = device_trips ? "    " : "";
+      lines.push_back(fmt::format("{}for c in {}(0, 0):  # the first block", pad, read_fn));
+      lines.push_back(pad + "    c.start()");
       lines.push_back("");
     }
     lines.push_back(fmt::format("def {}_body({}, carry):", axis, in.index));
@@ -1770,6 +1936,44 @@ class Generator {
     return align(picked + "[:, 0]" + load_cast(op), {rows}, r.dims, true, op);
   }
 
+  // hl::atomic_add(out, {idx[t], ...}, v): the indices go to SMEM, v's rows to VMEM scratch, and
+  // a fori_loop adds row j at index idx[j] (a TPU core runs the grid's steps, and so their adds,
+  // in order; no atomics needed). Rows past the tile's end, and indices outside the dim, add
+  // nothing: like a gather's, they never touch another element.
+  void scatter_add(const ir::Op& op, Lines& lines) {
+    const ir::HostTensor& t = k_.tensors[size_t(op.tensor)];
+    auto [idx, gather_pos] = gather_index(op);
+    int rows = scatter_rows(k_, op);
+    ir::ValueId v = op.inputs.back();
+    std::vector<int> dims = access_dims(op);
+    dims.insert(dims.begin(), rows);
+    std::string g = fmt::format("s{}", int(&op - k_.ops.data())), rows_const = axis_const(rows);
+    auto [ref, unused] = block_ref(int(&op - k_.ops.data()));
+    (void)unused;
+    std::string index = add_scratch(g + "_index", fmt::format("pltpu.VMEM(({},), jnp.int32)", rows_const));
+    std::string smem = add_scratch(g + "_index_smem", fmt::format("pltpu.SMEM(({},), jnp.int32)", rows_const));
+    std::string values = add_scratch(g + "_rows", vmem_shape(shape_of(dims), t.dtype));
+    std::vector<std::string> at = {"pl.ds(i, 1)"}, from = {"pl.ds(j, 1)"};
+    for (size_t d = 1; d < dims.size(); ++d) at.push_back(":"), from.push_back(":");
+    std::string loc = shown(format_location(op.loc));
+    lines.push_back(fmt::format("# atomic_add into {} at gathered indices, one row at a time in order  ({})", shown(t.name), loc));
+    lines.push_back(fmt::format("{}[...] = {}", index, align(var(idx), k_.value(idx).dims, {rows}, true, op)));
+    lines.push_back(fmt::format("pltpu.sync_copy({}, {})", index, smem));
+    lines.push_back(fmt::format("{}[...] = {}.astype({}.dtype)", values, align(var(v), k_.value(v).dims, dims, true, op), values));
+    lines.push_back("");
+    lines.push_back(fmt::format("def add_{}(j, carry):", g));
+    lines.push_back(fmt::format("    i = {}[j]", smem));
+    std::string ok = fmt::format("(i >= 0) & (i < {})", t.shape[size_t(gather_pos)]);
+    if (an_.partial[size_t(rows)]) ok += fmt::format(" & ({} + j < {})", block_start(rows), axis_end(rows));
+    lines.push_back(fmt::format("    @pl.when({})  # in the dim, and a row of the tile", ok));
+    lines.push_back("    def _add():");
+    lines.push_back(fmt::format("        {0}[{1}] = {0}[{1}] + {2}[{3}]", ref, fmt::join(at, ", "), values, fmt::join(from, ", ")));
+    lines.push_back("");
+    lines.push_back("    return carry");
+    lines.push_back("");
+    lines.push_back(fmt::format("jax.lax.fori_loop(0, {}, add_{}, 0)", rows_const, g));
+  }
+
   static std::vector<int> non_one_dims(const std::vector<int>& dims) {
     std::vector<int> out;
     for (int d : dims)
@@ -1830,6 +2034,10 @@ class Generator {
     auto in = [&](size_t i) { return var(op.inputs[i]); };
     auto in_dtype = [&](size_t i) { return k_.value(op.inputs[i]).dtype; };
     auto in_dims = [&](size_t i) { return k_.value(op.inputs[i]).dims; };
+    if (op.kind == OpKind::Store && an_.scatters.count(int(&op - k_.ops.data()))) {
+      scatter_add(op, lines);
+      return;
+    }
     if (op.kind == OpKind::Store) {
       auto [ref, index] = block_ref(int(&op - k_.ops.data()));
       std::string v =
@@ -1846,6 +2054,11 @@ class Generator {
     std::string what = ir::name(op.kind);
     switch (op.kind) {
       case OpKind::Load: {
+        if (an_.prefetch_of_op.count(int(&op - k_.ops.data()))) {
+          e = align(scalar_read(op), {}, r.dims, true, op);
+          what = "load " + shown(k_.tensors[size_t(op.tensor)].name) + " from SMEM";
+          break;
+        }
         auto [ref, index] = block_ref(int(&op - k_.ops.data()));
         e = ref + index + load_cast(op);
         if (!gathers(op))
@@ -1978,6 +2191,7 @@ class Generator {
     if (o.hbm) return "pl.BlockSpec(memory_space=pl.ANY)";
     std::vector<std::string> args;
     for (const int a : p_.grid_axes) args.push_back(axis_name(a));
+    for (const std::string& r : prefetch_refs()) args.push_back(r);  // scalar prefetch refs follow
     std::string lambda = args.empty() ? "lambda" : fmt::format("lambda {}", fmt::join(args, ", "));
     // A block that never changes is fetched once: one buffer, as the VMEM estimate counts it.
     std::string mode = o.block.buffers == 1 ? ", pipeline_mode=pl.Buffered(1)" : "";
@@ -2077,23 +2291,37 @@ class Generator {
       for (const auto& s : shapes) out_ += fmt::format("            {},\n", s);
       out_ += "        ),\n";
     }
-    out_ += fmt::format("        grid={},\n", py_tuple(grid));
-    out_ += "        in_specs=[\n";
-    for (size_t i = 0; i < in_specs.size(); ++i) out_ += fmt::format("            {},  # {}\n", in_specs[i], call_args[i]);
-    out_ += "        ],\n";
+    // With scalar prefetch the grid and specs move into a PrefetchScalarGridSpec, and the
+    // flattened tensors it puts into SMEM come first.
+    bool prefetch = !an_.prefetched.empty();
+    std::string pad = prefetch ? "            " : "        ";
+    if (prefetch) {
+      out_ += "        grid_spec=pltpu.PrefetchScalarGridSpec(\n";
+      out_ += fmt::format("            num_scalar_prefetch={},  # {}, whole in SMEM\n", an_.prefetched.size(),
+                          fmt::join(prefetch_refs(), ", "));
+      std::vector<std::string> flat;
+      for (int t : an_.prefetched) flat.push_back(fmt::format("{}.reshape(-1)", py_name(k_.tensors[size_t(t)].name)));
+      call_args.insert(call_args.begin(), flat.begin(), flat.end());
+    }
+    out_ += fmt::format("{}grid={},\n", pad, py_tuple(grid));
+    out_ += pad + "in_specs=[\n";
+    for (size_t i = 0; i < in_specs.size(); ++i)
+      out_ += fmt::format("{}    {},  # {}\n", pad, in_specs[i], call_args[i + an_.prefetched.size()]);
+    out_ += pad + "],\n";
     if (out_specs.size() == 1) {
-      out_ += fmt::format("        out_specs={},\n", out_specs[0]);
+      out_ += fmt::format("{}out_specs={},\n", pad, out_specs[0]);
     } else {
-      out_ += "        out_specs=[\n";
-      for (const auto& s : out_specs) out_ += fmt::format("            {},\n", s);
-      out_ += "        ],\n";
+      out_ += pad + "out_specs=[\n";
+      for (const auto& s : out_specs) out_ += fmt::format("{}    {},\n", pad, s);
+      out_ += pad + "],\n";
     }
     if (!scratch_shapes_.empty()) {
-      out_ += "        scratch_shapes=[\n";
+      out_ += pad + "scratch_shapes=[\n";
       for (size_t i = 0; i < scratch_shapes_.size(); ++i)
-        out_ += fmt::format("            {},  # {}\n", scratch_shapes_[i], scratch_refs_[i]);
-      out_ += "        ],\n";
+        out_ += fmt::format("{}    {},  # {}\n", pad, scratch_shapes_[i], scratch_refs_[i]);
+      out_ += pad + "],\n";
     }
+    if (prefetch) out_ += "        ),\n";
     out_ += fmt::format("        compiler_params=pltpu.CompilerParams(dimension_semantics={}, vmem_limit_bytes={}),\n",
                         py_tuple(semantics), vmem_limit(footprint(an_)));
     out_ += "        interpret=interpret,\n";
@@ -2259,11 +2487,13 @@ void fit_blocks(plan::Plan& p) {
     if (ax.kind != ir::AxisKind::Tile || ax.loop < 0) continue;
     const ir::Loop& loop = k.loops[size_t(ax.loop)];
     size_t i = size_t(std::find(loop.axes.begin(), loop.axes.end(), int(a)) - loop.axes.begin());
-    if (loop.begin[i].value >= 0 || loop.begin[i].constant != 0) continue;
+    // (A begin computed on the device is at least 0, so its blocks never need more than the dim.)
+    if (loop.begin[i].value < 0 && loop.begin[i].constant != 0) continue;
     int64_t span = std::max<int64_t>(ax.extent, 1), old = p.block[a];
     if (old <= span) continue;
     p.block[a] = span;
-    p.partial[a] = loop.end[i].value >= 0;  // a loop ending on the device may still stop inside it
+    // A loop bounded on the device may still start or stop inside it.
+    p.partial[a] = loop.end[i].value >= 0 || loop.begin[i].value >= 0;
     for (plan::BlockSpec& s : p.operands) {
       for (size_t d = 0; d < s.index_map.size(); ++d)
         if (s.index_map[d].kind == plan::IndexTerm::Kind::Block && s.index_map[d].axis == int(a)) s.block_shape[d] = span;

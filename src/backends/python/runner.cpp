@@ -193,6 +193,7 @@ const nlohmann::json& probe(const RunnerSpec& spec) {
 ModuleExecutable::ModuleExecutable(const plan::Plan& p, fs::path module, std::string source, RunnerSpec spec,
                                    std::vector<std::string> scalar_names)
     : kernel_(p.kernel.name),
+      where_(format_location(p.kernel.loc)),
       module_(std::move(module)),
       source_(std::move(source)),
       spec_(std::move(spec)),
@@ -217,7 +218,7 @@ std::string ModuleExecutable::worker_line() const {
   return fmt::format("kernel {} {}", runtime::encode_field(module_.string()), runtime::encode_field(layout.dump()));
 }
 
-void ModuleExecutable::run(const std::vector<Tensor>& tensors, const std::vector<double>& scalars) {
+void ModuleExecutable::run(const std::vector<Tensor>& tensors, const std::vector<backends::ScalarValue>& scalars) {
   cache_module(spec_.target, kernel_, source_);  // what the runner imports is what was generated
   TempDir dir;
   std::vector<std::string> args = {module_.string(), "--inputs"};
@@ -246,14 +247,17 @@ void ModuleExecutable::run(const std::vector<Tensor>& tensors, const std::vector
   if (!scalars_.empty()) {
     std::vector<std::string> kv;
     for (size_t i = 0; i < scalars_.size(); ++i) {
-      double v = scalars.at(i);
-      if (spec_.narrow_int64 && scalars_[i].dtype == DType::i64 && (v < INT32_MIN || v > INT32_MAX))
+      const backends::ScalarValue& v = scalars.at(i);
+      bool integer = !is_floating(scalars_[i].dtype);
+      if (spec_.narrow_int64 && scalars_[i].dtype == DType::i64 && (v.integer < INT32_MIN || v.integer > INT32_MAX))
         throw ArgumentError(
             fmt::format("kernel '{}': the int64 scalar argument '{}' = {} does not fit int32, in which the {} "
                         "target computes integers",
-                        kernel_, scalars_[i].name, json_number(v, DType::i64), spec_.target),
-            "", "pass a value within int32, or run this kernel on the cpu target");
-      kv.push_back(fmt::format("\"{}\": {}", scalar_names_.at(i), json_number(v, scalars_[i].dtype)));
+                        kernel_, scalars_[i].name, v.integer, spec_.target),
+            where_, "pass a value within int32, or run this kernel on the cpu target");
+      // Integers as JSON integers, every digit (Python's json reads them exactly).
+      kv.push_back(fmt::format("\"{}\": {}", scalar_names_.at(i),
+                               integer ? fmt::format("{}", v.integer) : json_number(v.real, scalars_[i].dtype)));
     }
     args.push_back("--scalars");
     args.push_back(fmt::format("{{{}}}", fmt::join(kv, ", ")));

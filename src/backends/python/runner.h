@@ -81,7 +81,7 @@ class ModuleExecutable : public backends::Executable {
   ModuleExecutable(const plan::Plan& p, std::filesystem::path module, std::string source, RunnerSpec spec,
                    std::vector<std::string> scalar_names);
 
-  void run(const std::vector<Tensor>& tensors, const std::vector<double>& scalars) override;
+  void run(const std::vector<Tensor>& tensors, const std::vector<backends::ScalarValue>& scalars) override;
   // The runner's JSON line of the last run.
   const nlohmann::json& report() const { return report_; }
   // The tuner's "kernel" command for this module (runner_command with --serve): its path and the layout
@@ -90,6 +90,7 @@ class ModuleExecutable : public backends::Executable {
 
  private:
   std::string kernel_;
+  std::string where_;  // the kernel's definition, for argument errors
   std::filesystem::path module_;
   std::string source_;
   RunnerSpec spec_;

@@ -28,6 +28,13 @@
 
 namespace dt {
 
+// One scalar argument of a kernel's entry point: `integer` for an integer scalar (all 64 bits,
+// exact), `real` for a float one (the host's backends::ScalarValue has the same layout).
+union Scalar {
+  double real;
+  int64_t integer;
+};
+
 inline constexpr float kInf = __builtin_huge_valf();
 DT_INLINE constexpr float neg_inf() { return -__builtin_huge_valf(); }
 DT_INLINE constexpr float nan() { return __builtin_nanf(""); }

@@ -322,8 +322,8 @@ class _Request:
                 self.regions.append((int(f[0]), int(f[1]), f[2] == "rw"))
             elif word == "tensor":
                 self.tensors.append(int(f[0]))
-            elif word == "scalar":
-                self.scalars.append(float(f[0]))
+            elif word == "scalar":  # "scalar i 9007199254740993" (exact) or "scalar f 0.5"
+                self.scalars.append(int(f[1]) if f[0] == "i" else float(f[1]))
             elif word == "kernel":
                 if len(f) != 2:
                     raise RunnerError(f"malformed kernel line {line!r}")
