@@ -500,6 +500,24 @@ TEST_F(Autotune, BrokenCandidatesAreIsolated) {
 // A run that other processes kept busy (a fake load signal: nothing here depends on timings)
 // does not decide the thread count: only configs with the default's threads are re-timed and
 // may win, and the entry says so. A quiet run re-times one-thread configs too.
+// A time budget shorter than one compile (a tiny --time-budget on a busy machine) still tunes
+// to a working config: the budget stops everything but the default config, which is compiled,
+// checked and timed.
+TEST_F(Autotune, ABudgetShorterThanACompileStillRunsTheDefault) {
+  auto args = add_args(37, 129);
+  auto s = specialize(tune_add, args);
+  forget("autotune_test_add");
+  autotune::TuneOptions o = small_options();
+  o.args = args;
+  o.reference = add_reference;
+  o.max_candidates = 8;
+  o.time_budget_s = 1e-3;
+  o.write_cache = false;
+  autotune::TuneResult r = autotune::tune(s, o);
+  EXPECT_GE(r.ok, 1);
+  EXPECT_EQ(r.best, s.space.default_config());
+}
+
 TEST_F(Autotune, ABusyRunKeepsTheDefaultThreadCount) {
   auto args = add_args(520, 300);  // enough work that the default runs on every core
   auto s = specialize(tune_add, args);

@@ -332,6 +332,7 @@ class Tuner {
   void pause_compiles(int keep);
   void resume_compiles();
   void kill_compiles(const std::string& why);
+  bool spares(int id) const;
   void poll_once(double max_wait);
   void retime_finalists();
   void report_progress(bool force);
@@ -570,16 +571,25 @@ void Tuner::finish_compile(CompileJob& job) {
 }
 
 void Tuner::kill_compiles(const std::string& why) {
+  std::vector<CompileJob> kept;
   for (CompileJob& job : compiles_) {
+    if (spares(job.eval)) {
+      kept.push_back(job);
+      continue;
+    }
     proc::signal_tree(job.pid, SIGKILL);
     runtime::ExitStatus ex;
     runtime::reap(job.pid, &ex, true);
     ::close(job.fd);
     finish_candidate(job.eval, Candidate::Status::Skipped, why);
   }
-  compiles_.clear();
+  compiles_ = std::move(kept);
   paused_ = false;
 }
+
+// The time budget never cuts the default config before it has run: a budget smaller than one
+// compile (a tiny --time-budget on a busy machine) still tunes to a config that works.
+bool Tuner::spares(int id) const { return id == 0 && !evals_.empty() && !evals_[0].done; }
 
 // Stops all compile workers but the `keep` oldest (nearest to done).
 void Tuner::pause_compiles(int keep) {
@@ -1033,14 +1043,18 @@ TuneResult Tuner::run() {
 
   for (;;) {
     propose();
-    if (!runner_ && !ready_.empty() && !(stopped_ && elapsed() >= budget_.time_s)) {
+    bool spent = stopped_ && elapsed() >= budget_.time_s;
+    if (!runner_ && !ready_.empty() && (!spent || spares(ready_.front()))) {
       int id = ready_.front();
       ready_.pop_front();
       start_runner({id}, false);
     }
-    if (stopped_ && elapsed() >= budget_.time_s) {
-      for (int id : ready_) finish_candidate(id, Candidate::Status::Skipped, "skipped: the time budget ran out");
-      ready_.clear();
+    if (spent) {
+      std::deque<int> kept;
+      for (int id : ready_)
+        if (spares(id)) kept.push_back(id);
+        else finish_candidate(id, Candidate::Status::Skipped, "skipped: the time budget ran out");
+      ready_ = std::move(kept);
     }
     bool idle = !runner_ && compiles_.empty() && ready_.empty();
     if (idle && (stopped_ || strategy_done_)) break;
