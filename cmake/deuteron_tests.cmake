@@ -22,7 +22,7 @@ set_source_files_properties(tests/test_gemm_runtime.cpp tests/test_gemm_pairs.cp
 
 # Suites by label (gtest filter patterns); unit is everything else. AutotuneChild.* are run by
 # the autotune tests as a separate process, never on their own.
-set(DEUTERON_SUITES_e2e "*/KernelTest.*" "Dot.*" "Language.*" "KernelErrors.*" "Fuzz.*" "Reliability.*"
+set(DEUTERON_SUITES_e2e "*/KernelTest.*" "KernelStreamingStores.*" "Dot.*" "Language.*" "KernelErrors.*" "Fuzz.*" "Reliability.*"
     "Philox.*" "LangErrors.*" "Cpu/LangOps.*" "Dropout.*" "Cpu/Scans.*" "ScanErrors.*"
     "*/NameInjection.*" "*/DamagedArtifact.*" "*/BadOption.*" "Cpu/DynamicLoops.*" "DynamicLoopErrors.*" "DynamicLoopSizes.*")
 # PallasAutotune.* (the pallas target's tuning harness) carries both of its labels.

@@ -471,3 +471,27 @@ TEST(CpuMath, ConversionsVectorised) {
     }
   }
 }
+
+// stream_store writes exactly [dst, dst + n), whatever the alignment of either end and however
+// short: every start offset within a line, lengths around one and two lines, and 0.
+TEST(CpuMath, StreamStoreWritesExactlyItsRange) {
+  std::vector<float> src(300);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = float(i) + 0.5f;
+  alignas(64) static float dst[400];
+  for (int start = 0; start < 16; ++start)
+    for (int n : {0, 1, 15, 16, 17, 31, 32, 33, 47, 100, 257}) {
+      for (float& d : dst) d = -1.0f;
+      dt::stream_store(dst + start, src.data() + 3, n);  // a source that is not aligned either
+      dt::stream_fence();
+      for (int i = 0; i < 400; ++i) {
+        float want = i >= start && i < start + n ? src[size_t(i - start + 3)] : -1.0f;
+        ASSERT_EQ(dst[i], want) << "start " << start << " n " << n << " at " << i;
+      }
+    }
+  // 2-byte elements (bf16 outputs): lines split at odd element counts.
+  std::vector<uint16_t> s16(200), d16(260, 0xffff);
+  for (size_t i = 0; i < s16.size(); ++i) s16[i] = uint16_t(i + 1);
+  dt::stream_store(d16.data() + 5, s16.data(), 199);
+  dt::stream_fence();
+  for (int i = 0; i < 260; ++i) ASSERT_EQ(d16[size_t(i)], i >= 5 && i < 204 ? uint16_t(i - 4) : 0xffff) << i;
+}

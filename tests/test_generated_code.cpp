@@ -69,6 +69,24 @@ TEST(GeneratedCode, GeneralVariantReadsItsSizes) {
   EXPECT_EQ(one.replace(one.find("k_1031x2053"), 11, "deuteron_softmax"), printed);
 }
 
+// `stores: stream` writes each output row from a buffer in scratch with dt::stream_store, and
+// fences before the parallel region ends; `cached` stores in place. The default streams only
+// outputs larger than the shared cache, so a small shape stores in place.
+TEST(GeneratedCode, StreamingStoresGoThroughARowBuffer) {
+  driver::Specialized s = specialize_at("softmax", {130, 1000});
+  ASSERT_NE(s.space.find("stores"), nullptr);
+  EXPECT_EQ(s.space.default_config().text("stores"), "cached");
+  config::Config c = s.space.default_config();
+  std::string cached = s.backend->emit(driver::lower(s, c));
+  c.set("stores", "stream");
+  std::string streamed = s.backend->emit(driver::lower(s, c));
+  EXPECT_EQ(cached.find("stream_store"), std::string::npos);
+  EXPECT_NE(streamed.find("row_out0[i_r0] = "), std::string::npos) << streamed;
+  EXPECT_NE(streamed.find("dt::stream_store(out0 + "), std::string::npos) << streamed;
+  EXPECT_NE(streamed.find("dt::stream_fence();"), std::string::npos) << streamed;
+  EXPECT_EQ(streamed, s.backend->emit(driver::lower(s, c)));  // byte-identical when emitted again
+}
+
 // What a general variant cannot hold is a ConfigError naming it: a copy spanning a whole dim.
 TEST(GeneratedCode, GeneralVariantRefusesResidentOperands) {
   driver::Specialized s = specialize_at("matmul", {130, 67, 100});

@@ -1,6 +1,7 @@
 // Every catalogue kernel against its independent reference: each dtype, ragged and aligned
 // shapes, size one, and a few configs besides the default.
 #include <random>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -85,6 +86,26 @@ TEST_P(KernelTest, RandomConfigsMatchReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Catalogue, KernelTest, testing::ValuesIn(all_cases()), case_name);
+
+// Outputs written with streaming stores (`stores: stream`, the default only where the tensors
+// do not fit the shared cache) match too: rows that start and end inside a cache line, short
+// rows, size one. Every kernel whose outputs may stream (all but the atomic-add ones).
+TEST(KernelStreamingStores, MatchReference) {
+  std::set<std::string> streamed;
+  for (const Case& c : all_cases()) {
+    const auto& e = examples::find(c.kernel);
+    auto args = e.inputs(c.shape, c.dtype, 13);
+    auto s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), "cpu");
+    if (!s.space.find("stores")) continue;
+    config::Config cfg = s.space.default_config();
+    cfg.set("stores", "stream");
+    auto r = api::run(*e.kernel, args, "cpu", cfg);
+    expect_matches(e, args, r.outputs, case_name({c, 0}) + " config " + cfg.dump());
+    streamed.insert(c.kernel);
+  }
+  for (const char* k : {"add", "softmax", "softmax_two_pass", "batch_softmax", "layer_norm", "welford", "matmul", "attention"})
+    EXPECT_TRUE(streamed.count(k)) << k << " has no streamable output";
+}
 
 }  // namespace
 }  // namespace deuteron

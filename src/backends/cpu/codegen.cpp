@@ -146,6 +146,7 @@ class Generator {
     body(int(&grid - k_.loops.data()));
     --indent_;
     line("}");
+    if (!p_.streamed.empty()) line("dt::stream_fence();  // this thread's streaming stores, before the region ends");
     --indent_;
     line("}");
     ordered_sums();
@@ -459,13 +460,14 @@ class Generator {
     return c;
   }
 
-  // Where each fast-memory array starts: the materialized values, then the dots' packed
-  // operands; and the end, the fast memory a thread needs.
+  // Where each fast-memory array starts: the materialized values, the dots' packed operands,
+  // then the streamed stores' row buffers; and the end, the fast memory a thread needs.
   struct Slot {
     ir::ValueId value = -1;  // or a dot's packed operand:
     const Gemm* gemm = nullptr;
     int operand = 0;
     std::string offset;
+    const StreamedStore* streamed = nullptr;  // or a streamed store's row buffer
   };
   std::vector<Slot> layout(Bytes* end) const {
     std::vector<Slot> out;
@@ -492,6 +494,14 @@ class Generator {
         out.push_back({-1, &d, r, at.text()});
         at.add_lines({x.pack_elements * 4, {}});
       }
+    for (const StreamedStore& st : p_.streamed) {
+      Count bytes;  // a row of the axis' block, or of the whole dim a general variant reads
+      if (runtime_whole(st.axis)) bytes.dims.push_back("E_" + axis(st.axis));
+      else bytes.n = st.elements;
+      bytes.n *= dtype_size(k_.tensors[size_t(k_.op(st.op).tensor)].dtype);
+      out.push_back({-1, nullptr, 0, at.text(), &st});
+      at.add_lines(bytes);
+    }
     *end = at;
     return out;
   }
@@ -499,6 +509,14 @@ class Generator {
   void scratch_arrays() {
     Bytes end;
     for (const Slot& slot : layout(&end)) {
+      if (slot.streamed) {
+        const ir::Op& op = k_.op(slot.streamed->op);
+        const char* type = storage_ctype(k_.tensors[size_t(op.tensor)].dtype);
+        line(fmt::format("{}* const {} = reinterpret_cast<{}*>({});  // a row of {} for {}'s streaming stores ({})", type,
+                         row_buffer(op), type, at_index("fast", slot.offset), axis(slot.streamed->axis),
+                         shown(k_.tensors[size_t(op.tensor)].name), at(op.loc)));
+        continue;
+      }
       if (slot.gemm) {
         const Gemm& d = *slot.gemm;
         line(fmt::format("float* const pack{}_{} = reinterpret_cast<float*>({});  // operand {} of the dot at {}, packed by it",
@@ -543,6 +561,7 @@ class Generator {
   }
 
   std::string tensor_name(int t) const { return runtime::identifier(k_.tensors[size_t(t)].name); }
+  std::string row_buffer(const ir::Op& store) const { return "row_" + tensor_name(store.tensor); }
   std::string scalar_name(int s) const { return "s_" + runtime::identifier(k_.scalars[size_t(s)].name); }
   const std::string& axis(int a) const { return k_.axes[size_t(a)].name; }
 
@@ -921,6 +940,9 @@ class Generator {
         if (tracks_nan(*op)) pragma += fmt::format(" reduction(|:nan{})", op->result);
       }
     }
+    std::vector<const StreamedStore*> streamed;
+    for (int o : g.ops)
+      if (const StreamedStore* st = p_.streamed_store(o)) streamed.push_back(st);
     open_nest(dom, pragma, [&](size_t level) {
       if (level + 1 != dom.size()) return;
       for (const ir::Op* op : scalar_red) {
@@ -937,7 +959,9 @@ class Generator {
         // The address may compute values (a scatter's index): before the pragma, which must
         // precede the update statement itself.
         std::string at = address(op);
-        if (op.atomic_add && ordered(op.tensor)) {
+        if (const StreamedStore* st = p_.streamed_store(o)) {
+          line(fmt::format("{}[{}] = {};", row_buffer(op), ivar(st->axis), e));
+        } else if (op.atomic_add && ordered(op.tensor)) {
           line(fmt::format("{}[{}] += {};", copy_name(op.tensor), at, e));
         } else {
           if (op.atomic_add) line("#pragma omp atomic update");
@@ -970,6 +994,7 @@ class Generator {
         if (tracks_nan(*op)) acc = fmt::format("nan{} ? dt::nan() : {}", op->result, acc);
         line(fmt::format("m{}[{}] = {};", op->result, storage_index(op->result), acc));
       }
+      for (const StreamedStore* st : streamed) emit_stream_row(*st);
     });
     --indent_;
     line("}");
@@ -1023,6 +1048,19 @@ class Generator {
     --indent_;
     line("}");
     scalars_.clear();
+  }
+
+  // Writes the row a streamed store computed into its buffer out to the tensor.
+  void emit_stream_row(const StreamedStore& st) {
+    const ir::Op& op = k_.op(st.op);
+    auto r = range_.find(st.axis);
+    std::string first = r == range_.end() ? "0" : r->second.first;
+    std::string count = r == range_.end() ? "n_" + axis(st.axis) : fmt::format("{} - {}", r->second.second, first);
+    ivar_[st.axis] = first;
+    std::string at = address(op);
+    ivar_.erase(st.axis);
+    line(fmt::format("dt::stream_store({}, {}, {});", at_index(tensor_name(op.tensor), at),
+                     at_index(row_buffer(op), first), count));
   }
 
   // Copies `from` (an expression per element) into the fast-memory array of `to`.

@@ -27,6 +27,32 @@ const Gemm* CpuPlan::gemm_for_op(int op) const {
   return nullptr;
 }
 
+const StreamedStore* CpuPlan::streamed_store(int op) const {
+  for (const StreamedStore& s : streamed)
+    if (s.op == op) return &s;
+  return nullptr;
+}
+
+std::vector<int> streamable_stores(const ir::Kernel& k) {
+  std::vector<int> loop_of = ir::loop_of_ops(k);  // -1: dead
+  std::vector<int> accesses(k.tensors.size(), 0);
+  for (size_t o = 0; o < k.ops.size(); ++o)
+    if (loop_of[o] >= 0 && (k.ops[o].kind == ir::OpKind::Load || k.ops[o].kind == ir::OpKind::Store))
+      ++accesses[size_t(k.ops[o].tensor)];
+  std::vector<int> out;
+  for (size_t o = 0; o < k.ops.size(); ++o) {
+    const ir::Op& op = k.ops[o];
+    if (loop_of[o] < 0 || op.kind != ir::OpKind::Store || op.atomic_add || op.index.empty()) continue;
+    const ir::HostTensor& t = k.tensors[size_t(op.tensor)];
+    if (t.role != ir::HostRole::Output || accesses[size_t(op.tensor)] != 1 || t.strides.back() != 1) continue;
+    bool plain = std::all_of(op.index.begin(), op.index.end(), [](const ir::Index& e) {
+      return e.kind == ir::Index::Kind::Axis && e.offset == 0;
+    });
+    if (plain) out.push_back(int(o));
+  }
+  return out;
+}
+
 namespace {
 
 // Bytes of a value's element in the generated code: bf16/f16/i32 are computed as 32-bit.
@@ -60,6 +86,7 @@ class Refiner {
     if (c.has(kEpilogueSubtiles)) p_.epilogue_subtiles = int(std::max<int64_t>(1, c.integer(kEpilogueSubtiles)));
     p_.staging.assign(p_.operands.size(), Staging{});
     epilogue_axis();
+    if (c.has(kStores) && c.text(kStores) == kStoresStream) streamed_stores();
     for (const plan::Dot& d : p_.dots) p_.gemms.push_back(gemm(d));
     for (Gemm& g : p_.gemms) {
       auto bf16_packed = [&](const GemmOperand& x) {
@@ -87,6 +114,22 @@ class Refiner {
   }
 
   int64_t extent_of(int axis) const { return axis == ir::kOne ? 1 : p_.storage_extent(axis); }
+
+  // The streamable stores whose group runs along their row (the tensor's contiguous last dim
+  // is the group's innermost loop), in rows long enough to hold a cache line.
+  void streamed_stores() {
+    std::vector<int> ok = streamable_stores(k());
+    for (const std::vector<plan::Item>& body : p_.bodies)
+      for (const plan::Item& it : body) {
+        if (it.is_loop || it.group.domain.empty()) continue;
+        for (int o : it.group.ops) {
+          if (std::find(ok.begin(), ok.end(), o) == ok.end()) continue;
+          int row = k().op(o).index.back().axis;
+          if (it.group.domain.back() != row || extent_of(row) < 16) continue;
+          p_.streamed.push_back({o, row, extent_of(row)});
+        }
+      }
+  }
 
   // A copy of a load may be skipped when the grid indices it depends on repeat.
   void set_reuse(plan::BlockSpec& s) {
@@ -226,6 +269,7 @@ class Refiner {
       if (g.acc_phi >= 0 && p_.materialized[size_t(r)])  // shares its accumulator's storage
         bytes -= round64(p_.block_elements(r) * cpp_size(k().value(r).dtype));
     }
+    for (const StreamedStore& s : p_.streamed) bytes += round64(s.elements * dtype_size(k().tensors[size_t(k().op(s.op).tensor)].dtype));
     p_.fast_memory_bytes = bytes;
     if (!limits_) return;
     p_.fast_memory_budget = limits_->fast_memory_bytes;
@@ -268,6 +312,9 @@ std::string describe(const CpuPlan& p) {
   if (p.grid_group > 1) out += fmt::format("    grid traversal in groups of {}\n", p.grid_group);
   if (p.epilogue_subtiles > 1 && p.epilogue_axis >= 0)
     out += fmt::format("    epilogue in {} sub-tiles along {}\n", p.epilogue_subtiles, k.axis(p.epilogue_axis).name);
+  for (const StreamedStore& s : p.streamed)
+    out += fmt::format("    {} written with streaming stores, a row of {} {} at a time (line {})\n",
+                       k.tensors[size_t(k.op(s.op).tensor)].name, s.elements, k.axis(s.axis).name, k.op(s.op).loc.line());
   return out;
 }
 

@@ -49,6 +49,19 @@ struct Staging {
   int64_t slab_elements = 0;  // packed floats per block (all batch dims of the operand)
 };
 
+// An output row written with streaming (non-temporal) stores, past the caches (config `stores:
+// stream`): the group computes the row into a buffer in scratch, then dt::stream_store copies
+// it out in whole cache lines.
+struct StreamedStore {
+  int op = -1;           // the Store
+  int axis = -1;         // its row: the innermost dim of its group, contiguous in the tensor
+  int64_t elements = 0;  // the row buffer: the axis' block
+};
+
+// The Store ops that may stream: each the only access to an output the kernel never reads,
+// at plain tile indices, with the last dim contiguous. The space offers `stores` for these.
+std::vector<int> streamable_stores(const ir::Kernel& k);
+
 struct CpuPlan : plan::Plan {
   std::vector<Gemm> gemms;
   std::vector<Staging> staging;  // per operands[i]
@@ -60,8 +73,10 @@ struct CpuPlan : plan::Plan {
   // along it (epilogue sub-tiling); 1 = whole blocks.
   int epilogue_subtiles = 1;
   int epilogue_axis = -1;
+  std::vector<StreamedStore> streamed;
 
   const Gemm* gemm_for_op(int op) const;
+  const StreamedStore* streamed_store(int op) const;
   const Staging& staging_of(const plan::BlockSpec& s) const { return staging[size_t(&s - operands.data())]; }
 };
 

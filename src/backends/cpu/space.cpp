@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "backends/cpu/packing.h"
+#include "backends/cpu/refine.h"
 #include "config/keys.h"
 
 namespace deuteron::cpu {
@@ -114,6 +115,25 @@ void extend_space(const ir::Kernel& k, const config::TargetLimits& limits, confi
     t.help = "the ops after the dot's loop run over this many sub-tiles of its N block";
     t.values = {1, 2, 4};
     space.add(t, 1);
+  }
+
+  if (!streamable_stores(k).empty()) {
+    Tunable t;
+    t.name = kStores;
+    t.help = "outputs the kernel never reads: cached (plain stores, each line read into the cache "
+             "first) or stream (non-temporal stores of whole lines, past the cache)";
+    t.values = {kStoresCached, kStoresStream};
+    // Streaming pays where the tensors do not fit the shared cache anyway: the output would
+    // be evicted before anyone read it, and its read-for-ownership is a third of the traffic.
+    int64_t footprint = 0;
+    for (const ir::HostTensor& x : k.tensors) {
+      int64_t bytes = dtype_size(x.dtype);
+      for (int64_t d : x.shape) bytes *= d;
+      footprint += bytes;
+    }
+    int64_t cache = limits.shared_cache_bytes > 0 ? limits.shared_cache_bytes
+                                                  : limits.fast_memory_bytes * std::max(limits.cores, 1);
+    space.add(t, footprint > cache ? kStoresStream : kStoresCached);
   }
 
   int64_t resident_bytes = 0;

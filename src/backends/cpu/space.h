@@ -10,6 +10,10 @@ namespace deuteron::cpu {
 inline constexpr const char* kNumThreads = "num_threads";
 inline constexpr const char* kGridGroup = "grid_group";
 inline constexpr const char* kEpilogueSubtiles = "epilogue_subtiles";
+// How outputs are written: through the cache (plain stores) or past it (streaming stores).
+inline constexpr const char* kStores = "stores";
+inline constexpr const char* kStoresCached = "cached";
+inline constexpr const char* kStoresStream = "stream";
 
 void extend_space(const ir::Kernel& k, const config::TargetLimits& limits, config::ConfigSpace& space);
 

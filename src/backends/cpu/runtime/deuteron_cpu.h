@@ -481,6 +481,53 @@ DT_INLINE int64_t checked_index(int64_t index, int64_t size, int64_t* status, in
   return index;
 }
 
+// ---- streaming (non-temporal) stores: config `stores: stream` ----
+// An output too large to stay in cache is written past it: a plain store first reads the line
+// it writes into the cache (a read-for-ownership), so writing N bytes moves 2N; a non-temporal
+// store of a whole 64-byte line moves N. The generated loop computes a row into a buffer in
+// scratch (L1) and stream_store copies it out: the partial lines at either end with plain
+// stores (they may share a line with a neighbour's row), every whole line in between with
+// vmovntps. Without SSE2 (not x86) it is a plain copy.
+namespace detail {
+DT_INLINE void copy_bytes(char* d, const char* s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = s[i];
+}
+}  // namespace detail
+template <class T>
+DT_INLINE void stream_store(T* dst, const T* src, int64_t n) {
+  char* d = reinterpret_cast<char*>(dst);
+  const char* s = reinterpret_cast<const char*>(src);
+  int64_t bytes = n * int64_t(sizeof(T));
+#if defined(__SSE2__)
+  int64_t head = int64_t((64 - reinterpret_cast<uintptr_t>(d) % 64) % 64);
+  if (head > bytes) head = bytes;
+  detail::copy_bytes(d, s, head);
+  d += head, s += head, bytes -= head;
+  for (; bytes >= 64; d += 64, s += 64, bytes -= 64) {
+#if defined(__AVX512F__)
+    typedef float v16 __attribute__((vector_size(64), aligned(4), __may_alias__));
+    __builtin_ia32_movntps512(reinterpret_cast<float*>(d), *reinterpret_cast<const v16*>(s));
+#elif defined(__AVX__)
+    typedef float v8 __attribute__((vector_size(32), aligned(4), __may_alias__));
+    __builtin_ia32_movntps256(reinterpret_cast<float*>(d), *reinterpret_cast<const v8*>(s));
+    __builtin_ia32_movntps256(reinterpret_cast<float*>(d + 32), *reinterpret_cast<const v8*>(s + 32));
+#else
+    typedef float v4 __attribute__((vector_size(16), aligned(4), __may_alias__));
+    for (int q = 0; q < 64; q += 16)
+      __builtin_ia32_movntps(reinterpret_cast<float*>(d + q), *reinterpret_cast<const v4*>(s + q));
+#endif
+  }
+#endif
+  detail::copy_bytes(d, s, bytes);
+}
+// Non-temporal stores are weakly ordered: each thread fences its own before the region ends,
+// so whoever reads the output after the kernel sees them.
+DT_INLINE void stream_fence() {
+#if defined(__SSE2__)
+  __builtin_ia32_sfence();
+#endif
+}
+
 }  // namespace dt
 
 #undef DT_INLINE
