@@ -934,23 +934,88 @@ class Generator {
     if (!dom.empty() && !atomic) {
       pragma = "#pragma omp simd";
       for (const ir::Op* op : scalar_red) {
-        pragma += fmt::format(" reduction({}:acc{})",
-                              op->reduce == ir::ReduceFn::Sum ? "+" : op->reduce == ir::ReduceFn::Max ? "max" : "min",
-                              op->result);
+        pragma += fmt::format(" reduction({}:acc{})", reduce_clause(op->reduce), op->result);
         if (tracks_nan(*op)) pragma += fmt::format(" reduction(|:nan{})", op->result);
       }
     }
     std::vector<const StreamedStore*> streamed;
     for (int o : g.ops)
       if (const StreamedStore* st = p_.streamed_store(o)) streamed.push_back(st);
-    open_nest(dom, pragma, [&](size_t level) {
-      if (level + 1 != dom.size()) return;
+    // A reduction along the innermost loop in one simd accumulator is one dependent add per
+    // vector: latency-bound at a quarter of the rate the data comes from L1. Long enough rows
+    // accumulate in chunks of dt::kReduceChunk lanes instead (four vectors: four independent
+    // chains), then the rest of the row, then fold the chunk's lanes.
+    bool chunked = !pragma.empty() && !scalar_red.empty() && !range_.count(inner) &&
+                   p_.storage_extent(inner) >= 128;
+    std::vector<int> outer(dom.begin(), dom.end() - (chunked ? 1 : 0));
+    auto declare = [&](size_t level) {
+      if (level + 1 != dom.size() && !(chunked && level == outer.size())) return;
       for (const ir::Op* op : scalar_red) {
-        line(fmt::format("{} acc{} = {};", accumulator_type(op->reduce, k_.value(op->result).dtype), op->result,
-                         identity(op->reduce, k_.value(op->result).dtype)));
+        const char* type = accumulator_type(op->reduce, k_.value(op->result).dtype);
+        line(fmt::format("{} acc{} = {};", type, op->result, identity(op->reduce, k_.value(op->result).dtype)));
         if (tracks_nan(*op)) line(fmt::format("int32_t nan{} = 0;", op->result));
+        if (chunked) line(fmt::format("{} part{}[dt::kReduceChunk];  // lane j of every chunk", type, op->result));
       }
-    });
+      if (!chunked) return;
+      line("for (int64_t j = 0; j < dt::kReduceChunk; ++j) {");
+      for (const ir::Op* op : scalar_red)
+        line(fmt::format("  part{}[j] = {};", op->result, identity(op->reduce, k_.value(op->result).dtype)));
+      line("}");
+    };
+    open_nest(outer, chunked ? "" : pragma, declare);
+    if (chunked) {
+      const std::string& n = axis(inner);
+      std::string nan_clauses;
+      for (const ir::Op* op : scalar_red)
+        if (tracks_nan(*op)) nan_clauses += fmt::format(" reduction(|:nan{})", op->result);
+      line(fmt::format("const int64_t chunks_{0} = n_{0} - n_{0} % dt::kReduceChunk;", n));
+      line(fmt::format("for (int64_t c_{0} = 0; c_{0} < chunks_{0}; c_{0} += dt::kReduceChunk) {{", n));
+      ++indent_;
+      line("#pragma omp simd" + nan_clauses);
+      line(fmt::format("for (int64_t i_{0} = c_{0}; i_{0} < c_{0} + dt::kReduceChunk; ++i_{0}) {{", n));
+      ++indent_;
+      emit_body(g, inner, fmt::format("i_{0} - c_{0}", n));
+      --indent_;
+      line("}");
+      --indent_;
+      line("}");
+      scalars_.clear();
+      line(pragma);
+      line(fmt::format("for (int64_t i_{0} = chunks_{0}; i_{0} < n_{0}; ++i_{0}) {{", n));
+      ++indent_;
+      emit_body(g, inner, "");
+      --indent_;
+      line("}");
+      for (const ir::Op* op : scalar_red) {
+        line(fmt::format("#pragma omp simd reduction({}:acc{})", reduce_clause(op->reduce), op->result));
+        line(fmt::format("for (int64_t j = 0; j < dt::kReduceChunk; ++j) {}",
+                         combine(op->reduce, fmt::format("acc{}", op->result), fmt::format("part{}[j]", op->result),
+                                 k_.value(op->result).dtype, true)));
+      }
+    } else {
+      emit_body(g, inner, "");
+    }
+    auto finish = [&](size_t level) {
+      if (level + 1 != dom.size() && !(chunked && level == outer.size())) return;
+      for (const ir::Op* op : scalar_red) {
+        DType t = k_.value(op->result).dtype;
+        std::string acc = fmt::format("acc{}", op->result);
+        if (accumulator_type(op->reduce, t) != std::string(ctype(t))) acc = fmt::format("{}({})", ctype(t), acc);
+        if (tracks_nan(*op)) acc = fmt::format("nan{} ? dt::nan() : {}", op->result, acc);
+        line(fmt::format("m{}[{}] = {};", op->result, storage_index(op->result), acc));
+      }
+      for (const StreamedStore* st : streamed) emit_stream_row(*st);
+    };
+    if (chunked) finish(outer.size());
+    close_nest(outer, finish);
+    --indent_;
+    line("}");
+    scalars_.clear();
+  }
+
+  // The statements of group g's innermost loop body; reductions along `inner` fold into their
+  // scalar accumulator, or with `part` (a lane index) into that lane of their chunk.
+  void emit_body(const plan::Group& g, int inner, const std::string& part) {
     for (int o : g.ops) {
       const ir::Op& op = k_.ops[size_t(o)];
       if (op.kind == OpKind::Store) {
@@ -973,7 +1038,8 @@ class Generator {
         if (rd == ir::kOne) {
           line(fmt::format("m{}[{}] = {};", op.result, storage_index(op.result), x));
         } else if (rd == inner) {
-          line(combine(op.reduce, fmt::format("acc{}", op.result), x, k_.value(op.result).dtype, true));
+          std::string acc = part.empty() ? fmt::format("acc{}", op.result) : fmt::format("part{}[{}]", op.result, part);
+          line(combine(op.reduce, acc, x, k_.value(op.result).dtype, true));
           if (tracks_nan(op)) line(fmt::format("nan{0} |= {1} != {1};", op.result, x));
         } else {
           line(combine(op.reduce, fmt::format("m{}[{}]", op.result, storage_index(op.result)), x,
@@ -985,20 +1051,6 @@ class Generator {
           line(fmt::format("m{}[{}] = {};", storage_value(op.result), storage_index(op.result), s));
       }
     }
-    close_nest(dom, [&](size_t level) {
-      if (level + 1 != dom.size()) return;
-      for (const ir::Op* op : scalar_red) {
-        DType t = k_.value(op->result).dtype;
-        std::string acc = fmt::format("acc{}", op->result);
-        if (accumulator_type(op->reduce, t) != std::string(ctype(t))) acc = fmt::format("{}({})", ctype(t), acc);
-        if (tracks_nan(*op)) acc = fmt::format("nan{} ? dt::nan() : {}", op->result, acc);
-        line(fmt::format("m{}[{}] = {};", op->result, storage_index(op->result), acc));
-      }
-      for (const StreamedStore* st : streamed) emit_stream_row(*st);
-    });
-    --indent_;
-    line("}");
-    scalars_.clear();
   }
 
   // A scan: the other dims' loops outside, then one sequential loop along the scanned dim
@@ -1061,6 +1113,10 @@ class Generator {
     ivar_.erase(st.axis);
     line(fmt::format("dt::stream_store({}, {}, {});", at_index(tensor_name(op.tensor), at),
                      at_index(row_buffer(op), first), count));
+  }
+
+  static const char* reduce_clause(ir::ReduceFn f) {
+    return f == ir::ReduceFn::Sum ? "+" : f == ir::ReduceFn::Max ? "max" : "min";
   }
 
   // Copies `from` (an expression per element) into the fast-memory array of `to`.

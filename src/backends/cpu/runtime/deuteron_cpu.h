@@ -481,6 +481,15 @@ DT_INLINE int64_t checked_index(int64_t index, int64_t size, int64_t* status, in
   return index;
 }
 
+// Lanes of the partial accumulators a long row's reduction keeps (generated loops over
+// chunks of this many elements): four vectors of floats, so four independent add chains hide
+// the add's latency.
+#if defined(__AVX512F__)
+inline constexpr int64_t kReduceChunk = 64;
+#else
+inline constexpr int64_t kReduceChunk = 32;
+#endif
+
 // ---- streaming (non-temporal) stores: config `stores: stream` ----
 // An output too large to stay in cache is written past it: a plain store first reads the line
 // it writes into the cache (a read-for-ownership), so writing N bytes moves 2N; a non-temporal
