@@ -70,8 +70,7 @@ TEST(GeneratedCode, GeneralVariantReadsItsSizes) {
 }
 
 // `stores: stream` writes each output row from a buffer in scratch with dt::stream_store, and
-// fences before the parallel region ends; `cached` stores in place. The default streams only
-// outputs larger than the shared cache, so a small shape stores in place.
+// fences before the parallel region ends; `cached` (the default) stores in place.
 TEST(GeneratedCode, StreamingStoresGoThroughARowBuffer) {
   driver::Specialized s = specialize_at("softmax", {130, 1000});
   ASSERT_NE(s.space.find("stores"), nullptr);

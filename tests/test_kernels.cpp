@@ -87,8 +87,7 @@ TEST_P(KernelTest, RandomConfigsMatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(Catalogue, KernelTest, testing::ValuesIn(all_cases()), case_name);
 
-// Outputs written with streaming stores (`stores: stream`, the default only where the tensors
-// do not fit the shared cache) match too: rows that start and end inside a cache line, short
+// Outputs written with streaming stores (`stores: stream`, which the tuner may choose) match too: rows that start and end inside a cache line, short
 // rows, size one. Every kernel whose outputs may stream (all but the atomic-add ones).
 TEST(KernelStreamingStores, MatchReference) {
   std::set<std::string> streamed;

@@ -70,7 +70,6 @@ class Config {
 struct TargetLimits {
   int cores = 1;
   int64_t fast_memory_bytes = 1 << 20;
-  int64_t shared_cache_bytes = 0;  // the last-level cache the cores share (0: unknown)
 };
 
 class ConfigSpace {

@@ -89,7 +89,6 @@ config::TargetLimits CpuBackend::limits() const {
   config::TargetLimits l;
   l.cores = info.cores;
   l.fast_memory_bytes = info.l2_bytes;
-  l.shared_cache_bytes = info.l3_bytes;
   return l;
 }
 
