@@ -86,6 +86,20 @@ TEST(GeneratedCode, StreamingStoresGoThroughARowBuffer) {
   EXPECT_EQ(streamed, s.backend->emit(driver::lower(s, c)));  // byte-identical when emitted again
 }
 
+// Streaming stores and chunked row reductions in a general variant: the same source at any
+// shape (no probe extent decides either), the row buffer laid out in its fast memory.
+TEST(GeneratedCode, GeneralVariantStreamsAndChunks) {
+  const config::Config c = config::Config::parse(R"({"block_rows":8,"reduce_r0":256,"stores":"stream"})");
+  driver::Specialized a = specialize_at("softmax", {1031, 2053}), b = specialize_at("softmax", {1037, 2063});
+  backends::AotVariant ga = a.backend->emit_aot(driver::lower(a, driver::complete(a, c)), "k_general", true);
+  backends::AotVariant gb = b.backend->emit_aot(driver::lower(b, driver::complete(b, c)), "k_general", true);
+  EXPECT_EQ(ga.source, gb.source);
+  EXPECT_NE(ga.source.find("dt::stream_store(out0 + "), std::string::npos) << ga.source;
+  EXPECT_NE(ga.source.find("row_out0 = reinterpret_cast<float*>(fast + "), std::string::npos) << ga.source;
+  EXPECT_NE(ga.source.find("c_r0 += dt::kReduceChunk"), std::string::npos) << ga.source;
+  for (const char* number : {"1031", "2053"}) EXPECT_EQ(ga.source.find(number), std::string::npos) << number;
+}
+
 // What a general variant cannot hold is a ConfigError naming it: a copy spanning a whole dim.
 TEST(GeneratedCode, GeneralVariantRefusesResidentOperands) {
   driver::Specialized s = specialize_at("matmul", {130, 67, 100});

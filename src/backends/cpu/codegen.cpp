@@ -945,8 +945,10 @@ class Generator {
     // vector: latency-bound at a quarter of the rate the data comes from L1. Long enough rows
     // accumulate in chunks of dt::kReduceChunk lanes instead (four vectors: four independent
     // chains), then the rest of the row, then fold the chunk's lanes.
+    // A general variant chunks every whole dim it reads at run time (the code holds for any
+    // length; the probe shapes' extents must not decide it).
     bool chunked = !pragma.empty() && !scalar_red.empty() && !range_.count(inner) &&
-                   p_.storage_extent(inner) >= 128;
+                   (runtime_whole(inner) || p_.storage_extent(inner) >= 128);
     std::vector<int> outer(dom.begin(), dom.end() - (chunked ? 1 : 0));
     auto declare = [&](size_t level) {
       if (level + 1 != dom.size() && !(chunked && level == outer.size())) return;
