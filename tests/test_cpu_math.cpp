@@ -173,6 +173,32 @@ TEST(CpuMath, Exp) {
   EXPECT_EQ(dt::exp(-FLT_MAX), 0.0f);
 }
 
+// dt::exp_nonpositive (a softmax's e^(x - max)): bit for bit dt::exp from 0 down to -86, 0
+// below (e^-86 = 4.5e-38: what it flushes is tiny or subnormal in dt::exp), NaN passes.
+TEST(CpuMath, ExpNonpositiveIsExpAboveItsFlush) {
+  std::vector<float> x;
+  for (float v = 0.0f; v > -104.0f; v = std::nextafter(v, -200.0f) - 0.0007f) x.push_back(v);
+  x.push_back(-0.0f);
+  std::vector<float> got(x.size()), want(x.size());
+#pragma omp simd
+  for (size_t i = 0; i < x.size(); ++i) got[i] = dt::exp_nonpositive(x[i]);
+  for (size_t i = 0; i < x.size(); ++i) want[i] = dt::exp(x[i]);
+  int64_t flushed = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i] >= -86.0f) {
+      ASSERT_EQ(u_of(got[i]), u_of(want[i])) << x[i];
+    } else {
+      ASSERT_EQ(got[i], 0.0f) << x[i];
+      ++flushed;
+    }
+  }
+  EXPECT_GT(flushed, 0);
+  EXPECT_EQ(dt::exp_nonpositive(0.0f), 1.0f);
+  EXPECT_EQ(dt::exp_nonpositive(dt::neg_inf()), 0.0f);
+  EXPECT_TRUE(std::isnan(dt::exp_nonpositive(dt::nan())));
+  EXPECT_EQ(dt::exp_nonpositive(-FLT_MAX), 0.0f);
+}
+
 TEST(CpuMath, Exp2) {
   check("exp2", [](float x) { return dt::exp2(x); }, [](double x) { return std::exp2(x); },
         exp_tolerance);

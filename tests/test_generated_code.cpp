@@ -100,6 +100,21 @@ TEST(GeneratedCode, GeneralVariantStreamsAndChunks) {
   for (const char* number : {"1031", "2053"}) EXPECT_EQ(ga.source.find(number), std::string::npos) << number;
 }
 
+// e^(x - max(x)) takes the exp for arguments <= 0: softmax's row; softmax_two_pass subtracts a
+// shift chosen by a where, which the generator does not prove <= 0, so it keeps dt::exp.
+TEST(GeneratedCode, ExpBelowTheRowMaxSkipsTheClamps) {
+  for (const char* name : {"softmax", "batch_softmax", "cross_entropy"}) {
+    const examples::Entry& e = examples::find(name);
+    driver::Specialized s = specialize_at(name, e.small_shape);
+    std::string src = s.backend->emit(driver::lower(s, s.space.default_config()));
+    EXPECT_NE(src.find("dt::exp_nonpositive("), std::string::npos) << name;
+    EXPECT_EQ(src.find("dt::exp("), std::string::npos) << name;
+  }
+  driver::Specialized s = specialize_at("softmax_two_pass", {130, 1000});
+  std::string src = s.backend->emit(driver::lower(s, s.space.default_config()));
+  EXPECT_EQ(src.find("dt::exp_nonpositive("), std::string::npos);
+}
+
 // A chunked row reduction reads the values it takes from fast memory that stay the same along
 // the row (layer_norm's mean) into scalars before its loops: beside a store to fast memory,
 // GCC left such a chunk loop scalar with the load inside it (softmax, one row per block, 9x

@@ -740,6 +740,11 @@ class Generator {
       case OpKind::Where: e = fmt::format("({} ? {} : {})", in(0), in_as(1, r.dtype), in_as(2, r.dtype)); break;
       case OpKind::Unary:
         e = unary(op, in_as(0, ir::operand_dtype(op.unary, k_.value(op.inputs[0]).dtype)), r.dtype);
+        // e^(x - max(x)), a softmax's numerator: the argument is <= 0 (or NaN), so exp needs
+        // no clamp above and one scale factor, and flushes results below 4.5e-38 to 0 as the
+        // activations do (an absolute error below 1e-37).
+        if (op.unary == ir::UnaryFn::Exp && below_its_max(op.inputs[0]))
+          e = fmt::format("dt::exp_nonpositive({})", in_as(0, ir::operand_dtype(op.unary, k_.value(op.inputs[0]).dtype)));
         break;
       case OpKind::Binary: {
         DType t = ir::operand_dtype(op.binary, promote(k_.value(op.inputs[0]).dtype, k_.value(op.inputs[1]).dtype));
@@ -756,6 +761,22 @@ class Generator {
   }
 
   static bool is_integer(DType t) { return t == DType::i32 || t == DType::i64; }
+  // Whether v is a - max(a) (or a - maximum(max(a), ...)): never above 0.
+  bool below_its_max(ir::ValueId v) const {
+    const ir::Op* sub = k_.def(source(v));
+    if (!sub || sub->kind != OpKind::Binary || sub->binary != ir::BinaryFn::Sub) return false;
+    ir::ValueId a = source(sub->inputs[0]);
+    std::vector<ir::ValueId> bounds = {source(sub->inputs[1])};  // each at least a
+    while (!bounds.empty()) {
+      const ir::Op* b = k_.def(bounds.back());
+      bounds.pop_back();
+      if (!b) continue;
+      if (b->kind == OpKind::Reduce && b->reduce == ir::ReduceFn::Max && source(b->inputs[0]) == a) return true;
+      if (b->kind == OpKind::Binary && b->binary == ir::BinaryFn::Max)
+        for (ir::ValueId x : b->inputs) bounds.push_back(source(x));
+    }
+    return false;
+  }
   bool uses_axis(ir::ValueId v, int a) const {
     const std::vector<int>& d = k_.value(v).dims;
     return std::find(d.begin(), d.end(), a) != d.end();

@@ -219,6 +219,9 @@ DT_INLINE float split12(float x) { return as_f32(as_u32(x) & 0xfffff000u); }
 // for e^r, then scaling by 2^n (see exp_impl). Overflows to +inf above 88.72, underflows
 // (through subnormals) to 0 below -103.97; exp(-inf) = 0, exp(inf) = inf, NaN -> NaN.
 DT_INLINE float exp(float x) { return detail::exp_impl(x, detail::kExpZeroBelow); }
+// e^x for x <= 0 or NaN (a softmax's x - max(x), which the generator proves): dt::exp's result
+// wherever it is at least 4.5e-38, 0 below (see exp_nonpositive_flushed), with less work.
+DT_INLINE float exp_nonpositive(float x) { return detail::exp_nonpositive_flushed(x); }
 
 // 2^x: x = n + f with |f| <= 1/2 (exact), degree-6 minimax polynomial for 2^f (relative error
 // 5.2e-9), scaling by 2^n.
