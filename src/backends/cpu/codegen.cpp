@@ -761,19 +761,35 @@ class Generator {
   }
 
   static bool is_integer(DType t) { return t == DType::i32 || t == DType::i64; }
-  // Whether v is a - max(a) (or a - maximum(max(a), ...)): never above 0.
+  // Whether v is a - b with b >= a wherever a - b is a number: b is amax(a), a maximum with a
+  // (or such a bound) as an operand, or where(m == -inf, c, m) with c finite and m such a bound
+  // (softmax_two_pass's shift: a is -inf wherever m is, and -inf - c <= 0).
   bool below_its_max(ir::ValueId v) const {
     const ir::Op* sub = k_.def(source(v));
     if (!sub || sub->kind != OpKind::Binary || sub->binary != ir::BinaryFn::Sub) return false;
     ir::ValueId a = source(sub->inputs[0]);
+    auto full = [&](ir::ValueId x, auto finite) {
+      const ir::Op* f = k_.def(source(x));
+      return f && f->kind == OpKind::Full && f->axis < 0 && finite(f->number.real);
+    };
     std::vector<ir::ValueId> bounds = {source(sub->inputs[1])};  // each at least a
     while (!bounds.empty()) {
-      const ir::Op* b = k_.def(bounds.back());
+      ir::ValueId bv = bounds.back();
       bounds.pop_back();
+      if (bv == a) return true;
+      const ir::Op* b = k_.def(bv);
       if (!b) continue;
       if (b->kind == OpKind::Reduce && b->reduce == ir::ReduceFn::Max && source(b->inputs[0]) == a) return true;
       if (b->kind == OpKind::Binary && b->binary == ir::BinaryFn::Max)
         for (ir::ValueId x : b->inputs) bounds.push_back(source(x));
+      if (b->kind == OpKind::Where && full(b->inputs[1], [](double c) { return std::isfinite(c); })) {
+        ir::ValueId m = source(b->inputs[2]);
+        const ir::Op* eq = k_.def(source(b->inputs[0]));
+        if (eq && eq->kind == OpKind::Binary && eq->binary == ir::BinaryFn::Eq &&
+            ((source(eq->inputs[0]) == m && full(eq->inputs[1], [](double c) { return c == -INFINITY; })) ||
+             (source(eq->inputs[1]) == m && full(eq->inputs[0], [](double c) { return c == -INFINITY; }))))
+          bounds.push_back(m);
+      }
     }
     return false;
   }
