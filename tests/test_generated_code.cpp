@@ -141,6 +141,24 @@ TEST(GeneratedCode, ChunkedReductionHoistsRowInvariants) {
   EXPECT_FALSE(std::regex_search(chunk_and_rest, std::regex(R"(- m\d+\[)"))) << chunk_and_rest;
 }
 
+// Without dots or whole dims, the cpu target's default blocks take whole contiguous rows (up
+// to 4096 elements) and proportionally fewer rows; kernels with whole dims keep theirs.
+TEST(GeneratedCode, DefaultBlocksTakeWholeRows) {
+  auto defaults = [](const std::string& name, const std::vector<int64_t>& shape) {
+    return specialize_at(name, shape).space.default_config();
+  };
+  config::Config add = defaults("add", {4096, 4096});
+  EXPECT_EQ(add.integer("block_t1"), 4096);
+  EXPECT_EQ(add.integer("block_t0"), 4);
+  EXPECT_EQ(defaults("add", {130, 1000}).integer("block_t1"), 1024);  // a ragged row in one block
+  EXPECT_EQ(defaults("add", {1, 1}).integer("block_t1"), 1);
+  config::Config two_pass = defaults("softmax_two_pass", {4096, 4096});
+  EXPECT_EQ(two_pass.integer("block_n"), 4096);
+  EXPECT_EQ(two_pass.integer("block_n_out"), 4096);
+  EXPECT_EQ(two_pass.integer("block_rows"), 4);
+  EXPECT_EQ(defaults("rms_norm", {8192, 4096}).integer("block_rows"), 512);  // a whole dim: unchanged
+}
+
 // What a general variant cannot hold is a ConfigError naming it: a copy spanning a whole dim.
 TEST(GeneratedCode, GeneralVariantRefusesResidentOperands) {
   driver::Specialized s = specialize_at("matmul", {130, 67, 100});
