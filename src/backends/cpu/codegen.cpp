@@ -776,7 +776,7 @@ class Generator {
     while (!bounds.empty()) {
       ir::ValueId bv = bounds.back();
       bounds.pop_back();
-      if (bv == a) return true;
+      if (bv == a || running_max_over(bv, a)) return true;
       const ir::Op* b = k_.def(bv);
       if (!b) continue;
       if (b->kind == OpKind::Reduce && b->reduce == ir::ReduceFn::Max && source(b->inputs[0]) == a) return true;
@@ -791,6 +791,42 @@ class Generator {
           bounds.push_back(m);
       }
     }
+    return false;
+  }
+  // Whether m is the result of a loop over a whole dim whose carried value steps as
+  // maximum(itself, amax(block of tensor T along the loop)), and a is a load of T at the same
+  // indices but along any axis in that dim: the running max then bounds every element of a
+  // (softmax_two_pass's output pass, x - the first pass's max).
+  bool running_max_over(ir::ValueId m, ir::ValueId a) const {
+    const ir::Op* read = k_.def(a);
+    if (!read || read->kind != OpKind::Load || k_.tensors[size_t(read->tensor)].role != ir::HostRole::Input) return false;
+    for (const ir::Loop& l : k_.loops)
+      for (const ir::Carried& c : l.carried) {
+        if (c.result != m || l.axes.size() != 1 || l.begin[0].value >= 0 || l.end[0].value >= 0) continue;
+        const ir::Op* step = k_.def(source(c.next));
+        if (!step || step->kind != OpKind::Binary || step->binary != ir::BinaryFn::Max) continue;
+        for (int i = 0; i < 2; ++i) {
+          const ir::Op* amax = k_.def(source(step->inputs[size_t(1 - i)]));
+          if (source(step->inputs[size_t(i)]) != c.phi || !amax || amax->kind != OpKind::Reduce ||
+              amax->reduce != ir::ReduceFn::Max)
+            continue;
+          const ir::Op* block = k_.def(source(amax->inputs[0]));
+          if (!block || block->kind != OpKind::Load || block->tensor != read->tensor ||
+              block->index.size() != read->index.size())
+            continue;
+          size_t d = size_t(amax->dim);
+          const ir::Index& along = block->index[d];
+          bool whole = along.kind == ir::Index::Kind::Axis && along.axis == l.axes[0] && along.offset == 0 &&
+                       l.begin[0].constant == 0 && l.end[0].constant == k_.tensors[size_t(block->tensor)].shape[d] &&
+                       read->index[d].kind == ir::Index::Kind::Axis && read->index[d].offset == 0;
+          for (size_t j = 0; j < block->index.size() && whole; ++j) {
+            const ir::Index &x = block->index[j], &y = read->index[j];
+            whole = j == d || (x.kind == ir::Index::Kind::Axis && y.kind == ir::Index::Kind::Axis && x.axis == y.axis &&
+                               x.offset == y.offset);
+          }
+          if (whole) return true;
+        }
+      }
     return false;
   }
   bool uses_axis(ir::ValueId v, int a) const {
