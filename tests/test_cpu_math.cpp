@@ -184,6 +184,35 @@ TEST(CpuMath, Exp2) {
   EXPECT_TRUE(std::isnan(dt::exp2(dt::nan())));
 }
 
+// The exponentials for arguments known not to be positive: the general function's result
+// bit for bit, except that results below their flush threshold are 0.
+TEST(CpuMath, ExpNonPositive) {
+  check("exp_nonpositive", [](float x) { return dt::exp_nonpositive(-dt::abs(x)); },
+        [](double x) { return std::exp(-std::fabs(x)); },
+        [](double x, double r) { return std::fmax(exp_tolerance(x, r), r < 4.6e-38 ? r : 0.0); });
+  check("exp2_nonpositive", [](float x) { return dt::exp2_nonpositive(-dt::abs(x)); },
+        [](double x) { return std::exp2(-std::fabs(x)); },
+        [](double x, double r) { return std::fmax(exp_tolerance(x, r), r < 4.8e-38 ? r : 0.0); });
+  int differ = 0;
+  for (float x : inputs()) {
+    const float a = -std::fabs(x);
+    if (!(a >= -86.0f)) continue;
+    differ += dt::exp_nonpositive(a) != dt::exp(a);
+    differ += a >= -124.0f && dt::exp2_nonpositive(a) != dt::exp2(a);
+  }
+  EXPECT_EQ(differ, 0);
+  EXPECT_EQ(dt::exp_nonpositive(0.0f), 1.0f);
+  EXPECT_EQ(dt::exp_nonpositive(-0.0f), 1.0f);
+  EXPECT_EQ(dt::exp_nonpositive(dt::neg_inf()), 0.0f);
+  EXPECT_EQ(dt::exp_nonpositive(-86.5f), 0.0f);
+  EXPECT_GT(dt::exp_nonpositive(-85.9f), 0.0f);
+  EXPECT_TRUE(std::isnan(dt::exp_nonpositive(dt::nan())));
+  EXPECT_EQ(dt::exp2_nonpositive(-124.0f), std::ldexp(1.0f, -124));
+  EXPECT_EQ(dt::exp2_nonpositive(-124.5f), 0.0f);
+  EXPECT_EQ(dt::exp2_nonpositive(dt::neg_inf()), 0.0f);
+  EXPECT_TRUE(std::isnan(dt::exp2_nonpositive(dt::nan())));
+}
+
 TEST(CpuMath, Log) {
   check("log", [](float x) { return dt::log(x); }, [](double x) { return std::log(x); },
         [](double, double r) { return std::fmin(2.0 * ulp_at(r), 5e-7 * std::fabs(r)); });

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "catalogue.h"
+#include "deuteron/deuteron.h"
 #include "driver/driver.h"
 
 namespace deuteron {
@@ -79,6 +80,50 @@ TEST(GeneratedCode, GeneralVariantRefusesResidentOperands) {
   } catch (const ConfigError& e) {
     EXPECT_NE(e.message().find("keep y resident"), std::string::npos) << e.message();
   }
+}
+
+// exp(x - max x) never sees a positive argument: the generator calls the cheaper
+// dt::exp_nonpositive there, and plain dt::exp wherever that is not known from the kernel.
+TEST(GeneratedCode, ExpOfXMinusItsMaxUsesTheNonPositiveExp) {
+  namespace hl = deuteron::hl;
+  auto code = [](const KernelBase& k, const std::vector<Arg>& args) {
+    auto s = driver::specialize(k, frontend::describe_args(k, args), "cpu");
+    return s.backend->emit(driver::lower(s, s.space.default_config()));
+  };
+  auto count = [](const std::string& src, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = src.find(what); at != std::string::npos; at = src.find(what, at + 1)) ++n;
+    return n;
+  };
+  const Tensor x = Tensor::rand({5, 37}, DType::f32, 1), y = Tensor::rand({5, 37}, DType::f32, 2);
+  auto rows = [](auto body) {
+    return deuteron::kernel("exp_args", [body](hl::Tensor a, hl::Tensor b) {
+      auto out = hl::empty_like(a);
+      for (auto tm : hl::tile(a.size(0))) out[{tm, hl::all}] = body(a[{tm, hl::all}], b[{tm, hl::all}]);
+      return out;
+    });
+  };
+  auto guarded = rows([](hl::Tensor a, hl::Tensor) {  // the online softmax's -inf guard
+    auto m = a.amax(1, true);
+    return hl::exp(a - hl::where(m == -INFINITY, 0.0f, m));
+  });
+  EXPECT_EQ(count(code(guarded, {x, y}), "dt::exp_nonpositive("), 1u);
+  auto max_of_both = rows([](hl::Tensor a, hl::Tensor b) { return hl::exp2(a - hl::maximum(b, a.amax(1, true))); });
+  EXPECT_EQ(count(code(max_of_both, {x, y}), "dt::exp2_nonpositive("), 1u);
+  // Not known: the max of another tensor, the wrong order, a where without the guard.
+  auto other = rows([](hl::Tensor a, hl::Tensor b) { return hl::exp(a - b.amax(1, true)); });
+  auto reversed = rows([](hl::Tensor a, hl::Tensor) { return hl::exp(a.amax(1, true) - a); });
+  auto unguarded = rows([](hl::Tensor a, hl::Tensor) {
+    auto m = a.amax(1, true);
+    return hl::exp(a - hl::where(m > 0.5f, 0.0f, m));
+  });
+  for (const std::string& src : {code(other, {x, y}), code(reversed, {x, y}), code(unguarded, {x, y})}) {
+    EXPECT_EQ(count(src, "_nonpositive("), 0u) << src;
+    EXPECT_EQ(count(src, "dt::exp("), 1u) << src;
+  }
+  // The catalogue: softmax's exponent, and both of flash attention's (scores and rescale).
+  EXPECT_EQ(count(emit_cpu(examples::find("softmax")), "dt::exp_nonpositive("), 1u);
+  EXPECT_EQ(count(emit_cpu(examples::find("attention")), "dt::exp2_nonpositive("), 2u);
 }
 
 }  // namespace

@@ -720,7 +720,8 @@ class Generator {
       case OpKind::Cast: e = convert(in(0), k_.value(op.inputs[0]).dtype, r.dtype); break;
       case OpKind::Where: e = fmt::format("({} ? {} : {})", in(0), in_as(1, r.dtype), in_as(2, r.dtype)); break;
       case OpKind::Unary:
-        e = unary(op, in_as(0, ir::operand_dtype(op.unary, k_.value(op.inputs[0]).dtype)), r.dtype);
+        e = unary(op, in_as(0, ir::operand_dtype(op.unary, k_.value(op.inputs[0]).dtype)), r.dtype,
+                  ir::nonpositive(k_, op.inputs[0]));
         break;
       case OpKind::Binary: {
         DType t = ir::operand_dtype(op.binary, promote(k_.value(op.inputs[0]).dtype, k_.value(op.inputs[1]).dtype));
@@ -738,12 +739,13 @@ class Generator {
 
   static bool is_integer(DType t) { return t == DType::i32 || t == DType::i64; }
 
-  static std::string unary(const ir::Op& op, const std::string& x, DType op_dtype) {
+  // `nonpositive`: x <= 0 by construction (x - max x), which allows a cheaper exponential.
+  static std::string unary(const ir::Op& op, const std::string& x, DType op_dtype, bool nonpositive) {
     switch (op.unary) {
       case ir::UnaryFn::Neg: return is_integer(op_dtype) ? fmt::format("dt::wrapping_neg({})", x) : fmt::format("(-{})", x);
       case ir::UnaryFn::Not: return fmt::format("(!{})", x);
-      case ir::UnaryFn::Exp: return fmt::format("dt::exp({})", x);
-      case ir::UnaryFn::Exp2: return fmt::format("dt::exp2({})", x);
+      case ir::UnaryFn::Exp: return fmt::format("dt::exp{}({})", nonpositive ? "_nonpositive" : "", x);
+      case ir::UnaryFn::Exp2: return fmt::format("dt::exp2{}({})", nonpositive ? "_nonpositive" : "", x);
       case ir::UnaryFn::Log: return fmt::format("dt::log({})", x);
       case ir::UnaryFn::Sqrt: return fmt::format("dt::sqrt({})", x);
       case ir::UnaryFn::Rsqrt: return fmt::format("dt::rsqrt({})", x);

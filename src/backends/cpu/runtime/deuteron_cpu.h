@@ -220,8 +220,25 @@ DT_INLINE float split12(float x) { return as_f32(as_u32(x) & 0xfffff000u); }
 // (through subnormals) to 0 below -103.97; exp(-inf) = 0, exp(inf) = inf, NaN -> NaN.
 DT_INLINE float exp(float x) { return detail::exp_impl(x, detail::kExpZeroBelow); }
 
-// 2^x: x = n + f with |f| <= 1/2 (exact), degree-6 minimax polynomial for 2^f (relative error
-// 5.2e-9), scaling by 2^n.
+// e^x for x <= 0 (or NaN), the generators' choice where x is known not to be positive (x minus
+// a max of x): exp's result, except that results below e^-86 (4.5e-38) are 0 instead of tiny or
+// subnormal, for about two thirds of exp's work.
+DT_INLINE float exp_nonpositive(float x) { return detail::exp_nonpositive_flushed(x); }
+
+namespace detail {
+// 2^f on |f| <= 1/2: degree-6 minimax polynomial (relative error 5.2e-9).
+DT_INLINE float exp2_poly(float f) {
+  float p = 0.00015820509f;
+  p = p * f + 0.00134182035f;
+  p = p * f + 0.00961706322f;
+  p = p * f + 0.0555027239f;
+  p = p * f + 0.240226552f;
+  p = p * f + 0.693147242f;
+  return p * f + 1.0f;
+}
+}  // namespace detail
+
+// 2^x: x = n + f with |f| <= 1/2 (exact), exp2_poly for 2^f, scaling by 2^n.
 DT_INLINE float exp2(float x) {
   using namespace detail;
   bool zero = x < -150.0f;  // 2^-150 ties to 0; below it is 0 (see kExpZeroBelow)
@@ -230,14 +247,19 @@ DT_INLINE float exp2(float x) {
   float t = x + kShifter;
   float n = t - kShifter;
   int32_t ni = static_cast<int32_t>(as_u32(t) - as_u32(kShifter));
-  float f = x - n;
-  float p = 0.00015820509f;
-  p = p * f + 0.00134182035f;
-  p = p * f + 0.00961706322f;
-  p = p * f + 0.0555027239f;
-  p = p * f + 0.240226552f;
-  p = p * f + 0.693147242f;
-  return sel(zero, 0.0f, scale_pow2(p * f + 1.0f, ni));
+  return sel(zero, 0.0f, scale_pow2(exp2_poly(x - n), ni));
+}
+
+// 2^x for x <= 0 (or NaN), as exp_nonpositive: exp2's result, except that results below 2^-124
+// are 0; then 2^n is one normal factor and no clamp above is needed.
+DT_INLINE float exp2_nonpositive(float x) {
+  using namespace detail;
+  bool zero = x < -124.0f;
+  x = sel(zero, 0.0f, x);
+  float t = x + kShifter;
+  float n = t - kShifter;
+  int32_t ni = static_cast<int32_t>(as_u32(t) - as_u32(kShifter));
+  return sel(zero, 0.0f, exp2_poly(x - n) * as_f32(static_cast<uint32_t>(ni + 127) << 23));
 }
 
 // log(x): x = 2^k * m with m in [sqrt(1/2), sqrt(2)) by integer exponent arithmetic (as in
