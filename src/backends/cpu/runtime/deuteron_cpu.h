@@ -462,6 +462,95 @@ DT_INLINE float randn(int64_t seed, int64_t offset) {
   return __builtin_sqrtf(-2.0f * log(u1)) * __builtin_cosf(6.28318530717958648f * u2);
 }
 
+// ---- scans ------------------------------------------------------------------------------------
+
+// An f32 cumsum of in[0, n) into out (reversed: from the end), accumulated in double as
+// torch's CPU cumsum is: each result is the double prefix sum rounded once to f32. A scan has a
+// chain through every element, so it is written with GCC/clang vector types (no <immintrin.h>:
+// see the top): each vector of W consecutive elements gets its own prefix sums in log2(W) shifted
+// adds, then the running total of the elements before it (a broadcast carry). The additions
+// therefore run in a different order than a sequential loop's (a tree within W elements, then
+// the carry): each double sum moves by at most n * 2^-52 times the prefix's absolute sum, far
+// below f32's rounding. W = 8 doubles with AVX-512, 4 otherwise; the last n % 2W elements are added one by
+// one. Two vectors a trip: the chain from one trip to the next is two adds of vector totals
+// (computed off it), not a whole vector's prefix.
+namespace detail {
+#if defined(__AVX512F__)
+inline constexpr int kScanLanes = 8;
+typedef double scan_vd __attribute__((vector_size(64)));
+typedef float scan_vf __attribute__((vector_size(32)));
+#else
+inline constexpr int kScanLanes = 4;
+typedef double scan_vd __attribute__((vector_size(32)));
+typedef float scan_vf __attribute__((vector_size(16)));
+#endif
+DT_INLINE scan_vd scan_load(const float* p) {
+  scan_vf f;
+  __builtin_memcpy(&f, p, sizeof f);
+  return __builtin_convertvector(f, scan_vd);
+}
+DT_INLINE void scan_store(float* p, scan_vd v) {
+  scan_vf f = __builtin_convertvector(v, scan_vf);
+  __builtin_memcpy(p, &f, sizeof f);
+}
+// Lane i += lanes i-1, i-2, ... 0 (forward), or lanes i+1 ... W-1 (reverse): shifts by 1, 2, 4
+// with zeros shifted in.
+DT_INLINE scan_vd prefix_in_vector(scan_vd v, bool reverse) {
+  const scan_vd z = {};
+#if defined(__AVX512F__)
+  if (!reverse) {
+    v += __builtin_shufflevector(z, v, 7, 8, 9, 10, 11, 12, 13, 14);
+    v += __builtin_shufflevector(z, v, 6, 7, 8, 9, 10, 11, 12, 13);
+    v += __builtin_shufflevector(z, v, 4, 5, 6, 7, 8, 9, 10, 11);
+  } else {
+    v += __builtin_shufflevector(v, z, 1, 2, 3, 4, 5, 6, 7, 8);
+    v += __builtin_shufflevector(v, z, 2, 3, 4, 5, 6, 7, 8, 9);
+    v += __builtin_shufflevector(v, z, 4, 5, 6, 7, 8, 9, 10, 11);
+  }
+#else
+  if (!reverse) {
+    v += __builtin_shufflevector(z, v, 3, 4, 5, 6);
+    v += __builtin_shufflevector(z, v, 2, 3, 4, 5);
+  } else {
+    v += __builtin_shufflevector(v, z, 1, 2, 3, 4);
+    v += __builtin_shufflevector(v, z, 2, 3, 4, 5);
+  }
+#endif
+  return v;
+}
+// Every lane set to the vector's last element (forward) or first (reverse): its total.
+DT_INLINE scan_vd total_of(scan_vd v, bool reverse) {
+#if defined(__AVX512F__)
+  return reverse ? __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0) : __builtin_shufflevector(v, v, 7, 7, 7, 7, 7, 7, 7, 7);
+#else
+  return reverse ? __builtin_shufflevector(v, v, 0, 0, 0, 0) : __builtin_shufflevector(v, v, 3, 3, 3, 3);
+#endif
+}
+}  // namespace detail
+
+// `out` may be `in` (a scan in place).
+static inline void cumsum_f32_in_double(const float* in, float* out, int64_t n, bool reverse) {
+  using detail::scan_vd;
+  constexpr int W = detail::kScanLanes;
+  scan_vd carry = {};
+  const int64_t whole = n - n % (2 * W);  // elements scanned by vectors
+  for (int64_t i = 0; i < whole; i += 2 * W) {
+    // Forward: elements [i, i + 2W), a then b; reversed: [n - i - 2W, n - i), from the end.
+    const int64_t first = reverse ? n - i - W : i, second = reverse ? n - i - 2 * W : i + W;
+    scan_vd a = detail::prefix_in_vector(detail::scan_load(in + first), reverse);
+    scan_vd b = detail::prefix_in_vector(detail::scan_load(in + second), reverse);
+    scan_vd before_b = carry + detail::total_of(a, reverse);
+    detail::scan_store(out + first, a + carry);
+    detail::scan_store(out + second, b + before_b);
+    carry = before_b + detail::total_of(b, reverse);
+  }
+  double acc = carry[0];
+  if (!reverse)
+    for (int64_t i = whole; i < n; ++i) out[i] = float(acc += double(in[i]));
+  else
+    for (int64_t i = n - whole - 1; i >= 0; --i) out[i] = float(acc += double(in[i]));
+}
+
 // ---- indices computed by the kernel ------------------------------------------------------------
 
 // Records the first failed index check of a launch: status[0] = 1 + its number, status[1] = the
