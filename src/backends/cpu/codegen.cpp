@@ -216,7 +216,10 @@ class Generator {
         line(fmt::format("// {} {}: {}[{}]", t.role == ir::HostRole::Input ? "input " : "output", shown(t.name),
                          dtype_name(t.dtype), fmt::join(t.shape, ", ")));
     if (rt_) line(fmt::format("// fast memory: {} bytes per thread", fast_bytes()));
-    else line(fmt::format("// fast memory: {} bytes per thread", p_.fast_memory_bytes));
+    else if (unstored_.empty()) line(fmt::format("// fast memory: {} bytes per thread", p_.fast_memory_bytes));
+    else  // a scan's result stored straight into its tensor (fuse_scan_stores) needs none
+      line(fmt::format("// fast memory: {} bytes per thread (the plan's {}, less the scans' rows written to their tensors)",
+                       fast_bytes(), p_.fast_memory_bytes));
     line("#include \"deuteron_cpu.h\"");
     if (!p_.gemms.empty()) line("#include \"deuteron_gemm.h\"  // hl::dot: micro-kernel and packing");
     line("");
@@ -1097,7 +1100,7 @@ class Generator {
   // (SIMD prefix sums in double; deuteron_cpu.h says in which order it adds). It reads the row
   // where it is (an f32 tensor in place, or fast memory), or first writes the scanned values
   // into its destination; and when the next group stores the result, unchanged, into an f32
-  // tensor's rows, and nothing else uses it or reads that tensor there, it writes there, so that the row passes
+  // tensor's rows, and nothing else uses it or touches that tensor there, it writes there, so that the row passes
   // through memory once (the store's group then skips it). A separate pass over the row in L1
   // measured about as slow as the scan itself: the scan's chain and the copy's memory traffic
   // do not overlap across passes.
@@ -1152,10 +1155,16 @@ class Generator {
           const ir::Op& s = k_.ops[size_t(o)];
           if (s.kind == OpKind::Store && s.inputs.back() == op.result && row_in_tensor(s, sa)) store = o;
         }
-        // Stored before the next group runs: none of its ops may read that tensor.
-        for (int o : next)
-          if (store >= 0 && k_.ops[size_t(o)].kind == OpKind::Load && k_.ops[size_t(o)].tensor == k_.ops[size_t(store)].tensor)
-            store = -1;
+        // Stored row by row before the next group runs: nothing in the kernel may read that tensor
+        // (the block's other rows, in the row the scan reads, would see it early), and no other op
+        // of the next group write it.
+        int target = store < 0 ? -1 : k_.ops[size_t(store)].tensor;
+        ir::walk(k_, [&](const ir::Stmt& st, int) {
+          if (st.kind != ir::Stmt::Kind::Op || k_.op(st.id).tensor != target) return;
+          const ir::OpKind kind = k_.op(st.id).kind;
+          bool writes_next = kind == OpKind::Store && st.id != store && std::count(next.begin(), next.end(), st.id);
+          if (kind == OpKind::Load || writes_next) store = -1;
+        });
         if (store < 0) continue;
         fused_store_[g.ops[0]] = store;
         fused_.insert(store);
