@@ -500,3 +500,48 @@ TEST(CpuMath, ConversionsVectorised) {
     }
   }
 }
+
+// dt::cumsum_f32_in_double (the cpu target's f32 cumsum along a row, compiled here without
+// AVX-512: its 4-lane form; the kernels' tests run the 8-lane one) against a sequential sum
+// in double, forward and reversed, at every length around its vector widths (the tail added
+// one by one) and at long rows. Its tree-then-carry order of double additions may differ from
+// the sequential one by n * 2^-52 times the row's absolute sum, so each result is the
+// sequential double sum rounded once to f32 within that: half an f32 ulp plus the difference
+// (an f32 accumulation is many ulps off at these lengths). NaN and inf propagate.
+TEST(CpuMath, CumsumInDouble) {
+  uint32_t state = 12345;
+  auto next = [&] {  // values in [-2, 2): a fixed LCG, no <random> in this file
+    state = state * 1664525u + 1013904223u;
+    return float(state >> 8) * 0x1p-22f - 2.0f;
+  };
+  std::vector<int64_t> lengths;
+  for (int64_t n = 0; n <= 70; ++n) lengths.push_back(n);
+  for (int64_t n : {255, 256, 257, 2560, 5001}) lengths.push_back(n);
+  for (int64_t n : lengths)
+    for (bool reverse : {false, true}) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (float& v : x) v = next();
+      std::vector<float> got = x;  // in place at odd lengths, else into another array
+      if (n % 2) dt::cumsum_f32_in_double(got.data(), got.data(), n, reverse);
+      else dt::cumsum_f32_in_double(x.data(), got.data(), n, reverse);
+      double acc = 0, mag = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        size_t j = size_t(reverse ? n - 1 - k : k);
+        acc += double(x[j]);
+        mag += std::fabs(double(x[j]));
+        double slack = double(n) * 0x1p-52 * mag;
+        ASSERT_LE(std::fabs(double(got[j]) - acc), 0.5 * ulp_at(std::fabs(acc) + slack) + slack)
+            << "n " << n << (reverse ? " reversed" : "") << ", element " << j;
+      }
+    }
+  std::vector<float> special(40, 1.0f);
+  special[5] = NAN;
+  special[30] = INFINITY;
+  dt::cumsum_f32_in_double(special.data(), special.data(), 40, false);
+  for (size_t j = 0; j < 40; ++j)
+    EXPECT_TRUE(j < 5 ? special[j] == float(j + 1) : std::isnan(special[j])) << j;
+  std::vector<float> inf(40, 1.0f);
+  inf[30] = INFINITY;
+  dt::cumsum_f32_in_double(inf.data(), inf.data(), 40, true);
+  for (size_t j = 0; j < 40; ++j) EXPECT_EQ(inf[j], j <= 30 ? INFINITY : float(40 - j)) << j;
+}

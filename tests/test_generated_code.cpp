@@ -70,6 +70,32 @@ TEST(GeneratedCode, GeneralVariantReadsItsSizes) {
   EXPECT_EQ(one.replace(one.find("k_1031x2053"), 11, "deuteron_softmax"), printed);
 }
 
+// A scan's dim is one block: a general variant takes that block as each call's extent. In f32 the
+// cumsum reads x and writes out0 directly (no fast memory); in bf16 it scans rows in fast memory
+// that the scratch function sizes from the call's row length. Either way the source is the same
+// at two shapes and holds none of their numbers (the block left out of the config, as
+// `deuteron aot` leaves it).
+TEST(GeneratedCode, GeneralVariantOfAScanReadsItsRowLength) {
+  const examples::Entry& e = examples::find("cumsum");
+  for (DType dt : {DType::f32, DType::bf16}) {
+    auto emit = [&](std::vector<int64_t> shape) {
+      driver::Specialized s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, e.inputs(shape, dt, 1)), "cpu");
+      config::Config c = driver::complete(s, config::Config::parse(R"({"block_rows":8})"));
+      return s.backend->emit_aot(driver::lower(s, c), "k_general", true);
+    };
+    backends::AotVariant a = emit({1031, 2053}), b = emit({1037, 2063});
+    EXPECT_EQ(a.source, b.source) << dtype_name(dt);
+    for (const char* number : {"1031", "2053", "4096"}) EXPECT_EQ(a.source.find(number), std::string::npos) << number << a.source;
+    EXPECT_NE(a.source.find("dt::cumsum_f32_in_double("), std::string::npos) << a.source;
+    if (dt == DType::f32) {
+      EXPECT_NE(a.source.find("dt::cumsum_f32_in_double(x + "), std::string::npos) << a.source;
+      EXPECT_NE(a.source.find("// fast memory: 0 bytes per thread"), std::string::npos) << a.source;
+    } else {
+      EXPECT_NE(a.source.find("return long((E_r0 * 32 + 63) / 64 * 64);"), std::string::npos) << a.source;
+    }
+  }
+}
+
 // What a general variant cannot hold is a ConfigError naming it: a copy spanning a whole dim.
 TEST(GeneratedCode, GeneralVariantRefusesResidentOperands) {
   driver::Specialized s = specialize_at("matmul", {130, 67, 100});
