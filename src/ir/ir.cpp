@@ -1,5 +1,7 @@
 #include "ir/ir.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -45,6 +47,83 @@ const Op* Kernel::def(ValueId v) const {
 ValueId strip_views(const Kernel& k, ValueId v) {
   while (v >= 0 && k.def(v) && k.def(v)->kind == OpKind::View) v = k.def(v)->inputs[0];
   return v;
+}
+
+namespace {
+bool is_number(const Kernel& k, ValueId v, double x) {
+  const Op* d = k.def(strip_views(k, v));
+  return d && d->kind == OpKind::Full && d->axis < 0 && is_floating(k.value(d->result).dtype) && d->number.real == x;
+}
+
+// Whether b is the result of a loop over a whole dim (constant bounds, 0 to the tensor's dim)
+// carrying maximum(itself, amax(a block of input T along the loop)), and a is a load of T at
+// the same indices along any axis of that dim: the running max then bounds every element of a
+// (softmax_two_pass's output pass, x minus the first pass's max).
+bool running_max_bounds(const Kernel& k, ValueId a, ValueId b) {
+  const Op* read = k.def(strip_views(k, a));
+  if (!read || read->kind != OpKind::Load || k.tensors[size_t(read->tensor)].role != HostRole::Input) return false;
+  for (const Loop& l : k.loops)
+    for (const Carried& c : l.carried) {
+      if (c.result != b || l.axes.size() != 1 || l.begin[0].value >= 0 || l.end[0].value >= 0) continue;
+      const Op* step = k.def(strip_views(k, c.next));
+      if (!step || step->kind != OpKind::Binary || step->binary != BinaryFn::Max) continue;
+      for (int i = 0; i < 2; ++i) {
+        const Op* amax = k.def(strip_views(k, step->inputs[size_t(1 - i)]));
+        if (strip_views(k, step->inputs[size_t(i)]) != c.phi || !amax || amax->kind != OpKind::Reduce ||
+            amax->reduce != ReduceFn::Max)
+          continue;
+        const Op* block = k.def(strip_views(k, amax->inputs[0]));
+        if (!block || block->kind != OpKind::Load || block->tensor != read->tensor ||
+            block->index.size() != read->index.size())
+          continue;
+        const size_t dim = size_t(amax->dim);
+        const Index& along = block->index[dim];
+        bool whole = along.kind == Index::Kind::Axis && along.axis == l.axes[0] && along.offset == 0 &&
+                     l.begin[0].constant == 0 && l.end[0].constant == k.tensors[size_t(block->tensor)].shape[dim] &&
+                     read->index[dim].kind == Index::Kind::Axis && read->index[dim].offset == 0;
+        for (size_t j = 0; j < block->index.size() && whole; ++j) {
+          const Index &x = block->index[j], &y = read->index[j];
+          whole = j == dim || (x.kind == Index::Kind::Axis && y.kind == Index::Kind::Axis && x.axis == y.axis &&
+                               x.offset == y.offset);
+        }
+        if (whole) return true;
+      }
+    }
+  return false;
+}
+
+bool at_most(const Kernel& k, ValueId a, ValueId b, int depth) {
+  if (a == b) return true;
+  if (depth > 8) return false;  // keeps the search short; false only loses the faster code
+  const Op* d = k.def(b);
+  if (!d) return running_max_bounds(k, a, b);
+  switch (d->kind) {
+    case OpKind::View: return at_most(k, a, d->inputs[0], depth + 1);
+    // Both sides broadcast by axis, so every element of a meets the max over its own row.
+    case OpKind::Reduce: return d->reduce == ReduceFn::Max && at_most(k, a, d->inputs[0], depth + 1);
+    case OpKind::Binary:
+      return d->binary == BinaryFn::Max &&
+             (at_most(k, a, d->inputs[0], depth + 1) || at_most(k, a, d->inputs[1], depth + 1));
+    case OpKind::Where: {
+      if (at_most(k, a, d->inputs[1], depth + 1) && at_most(k, a, d->inputs[2], depth + 1)) return true;
+      // where(m == -inf, anything, m): where the guard holds, a <= m = -inf, so a is -inf too.
+      const Op* c = k.def(d->inputs[0]);
+      if (!c || c->kind != OpKind::Binary || c->binary != BinaryFn::Eq) return false;
+      const ValueId m = d->inputs[2];
+      const bool guard = (c->inputs[0] == m && is_number(k, c->inputs[1], -INFINITY)) ||
+                         (c->inputs[1] == m && is_number(k, c->inputs[0], -INFINITY));
+      return guard && at_most(k, a, m, depth + 1);
+    }
+    default: return false;
+  }
+}
+}  // namespace
+
+bool at_most(const Kernel& k, ValueId a, ValueId b) { return at_most(k, a, b, 0); }
+
+bool nonpositive(const Kernel& k, ValueId v) {
+  const Op* d = k.def(v);
+  return d && d->kind == OpKind::Binary && d->binary == BinaryFn::Sub && at_most(k, d->inputs[0], d->inputs[1]);
 }
 
 namespace {
