@@ -152,5 +152,17 @@ TEST(GeneratedCode, ExpOfXMinusItsMaxUsesTheNonPositiveExp) {
   EXPECT_EQ(count(emit_cpu(examples::find("attention")), "dt::exp2_nonpositive("), 2u);
 }
 
+// A where between a constant and a value in fast memory, under a mask kept in fast memory,
+// must vectorise: both arms are evaluated as dt::where's arguments (no conditional load), and
+// the mask is stored as bytes (GCC has no vector type for `bool`). Causal attention's masked
+// max ran scalar before (27.4 -> 22.9 ms at its bench shape).
+TEST(GeneratedCode, MasksAreBytesAndWhereEvaluatesBothArms) {
+  const std::string src = emit_cpu(examples::find("attention_causal"));
+  EXPECT_NE(src.find("dt::where<float>("), std::string::npos);
+  EXPECT_EQ(src.find(" ? -dt::kInf"), std::string::npos);
+  EXPECT_EQ(src.find("bool* const m"), std::string::npos) << src;
+  EXPECT_NE(src.find("uint8_t* const m"), std::string::npos) << src;
+}
+
 }  // namespace
 }  // namespace deuteron

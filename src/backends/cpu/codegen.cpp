@@ -537,7 +537,9 @@ class Generator {
       std::string what = !spec ? "" : spec->placement == plan::Placement::Resident
                                           ? ", resident operand"
                                           : fmt::format(", staged operand, {} blocks ahead", spec->buffers - 1);
-      line(fmt::format("{}* const m{} = reinterpret_cast<{}*>({});  // {} [{}]{}", ctype(val.dtype), v, ctype(val.dtype),
+      // Booleans are kept as bytes: GCC does not vectorise loads of `bool` (no vector type).
+      const char* elem = val.dtype == DType::boolean ? "uint8_t" : ctype(val.dtype);
+      line(fmt::format("{}* const m{} = reinterpret_cast<{}*>({});  // {} [{}]{}", elem, v, elem,
                        at_index("fast", slot.offset), at_value(v), fmt::join(dims, " x "), what));
     }
     for (const plan::BlockSpec& s : p_.operands)
@@ -740,7 +742,9 @@ class Generator {
       case OpKind::TileEnd: e = fmt::format("(o_{} + n_{})", axis(op.axis), axis(op.axis)); break;
       case OpKind::TileSize: e = fmt::format("B_{}", axis(op.axis)); break;
       case OpKind::Cast: e = convert(in(0), k_.value(op.inputs[0]).dtype, r.dtype); break;
-      case OpKind::Where: e = fmt::format("({} ? {} : {})", in(0), in_as(1, r.dtype), in_as(2, r.dtype)); break;
+      case OpKind::Where:
+        e = fmt::format("dt::where<{}>({}, {}, {})", ctype(r.dtype), in(0), in_as(1, r.dtype), in_as(2, r.dtype));
+        break;
       case OpKind::Unary:
         e = unary(op, in_as(0, ir::operand_dtype(op.unary, k_.value(op.inputs[0]).dtype)), r.dtype,
                   ir::nonpositive(k_, op.inputs[0]));
