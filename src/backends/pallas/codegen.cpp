@@ -402,15 +402,6 @@ class Analysis {
                format_location(k.loops[size_t(in.loop)].loc));
       if (in.begin != 0) refuse("start an inner loop at a constant other than 0", format_location(k.loops[size_t(in.loop)].loc));
     }
-    for (const ir::Op& op : k.ops)
-      if ((op.kind == OpKind::Load || op.kind == OpKind::Store) && gathers(op))
-        refuse(fmt::format("{} {} at gathered indices (its one-hot select and range check follow the dim's size)",
-                           op.kind == OpKind::Load ? "read" : "add into", k.tensors[size_t(op.tensor)].name),
-               where(op));
-    if (!prefetched.empty())
-      refuse(fmt::format("read {} as scalars (the SMEM table's flat indices follow its shape)",
-                         k.tensors[size_t(prefetched.front())].name),
-             format_location(k.loc));
     // Its sizes come from the inputs' shapes: every axis' extent must be a dim of an input.
     for (size_t a = 0; a < k.axes.size(); ++a) {
       if (!sized_at_call(int(a)) || size_axis(int(a)) != int(a)) continue;
@@ -615,7 +606,7 @@ class Analysis {
             o.axis.push_back(e.axis);
             slices.push_back(":");
           } else if (e.kind == plan::IndexTerm::Kind::Gather) {
-            o.shape_text.push_back(fmt::format("{}", dim));
+            o.shape_text.push_back(dim_text(s.tensor, d));
             o.axis.push_back(-1);
             slices.push_back(":");
           } else {
@@ -1276,14 +1267,21 @@ class Generator {
     const std::vector<int64_t>& shape = k_.tensors[size_t(op.tensor)].shape;
     std::vector<std::string> terms;
     int64_t stride = 1, constant = 0;
+    // The stride of dim d: a number, or in a general module the product of the call's dims after it.
+    std::vector<std::string> stride_text;
     for (size_t d = shape.size(); d-- > 0; stride *= shape[d]) {
       const plan::IndexTerm& e = s.index_map[d];
+      std::vector<std::string> after;
+      for (size_t j = d + 1; j < shape.size(); ++j) after.push_back(an_.dim_text(op.tensor, j));
+      bool at_call = std::any_of(after.begin(), after.end(), [](const std::string& x) { return x.rfind("E_", 0) == 0; });
+      std::string st = at_call ? fmt::format("{}", fmt::join(after, " * ")) : fmt::format("{}", stride);
       if (e.kind == plan::IndexTerm::Kind::Constant) {
-        constant += e.constant * stride;
+        if (at_call && e.constant) terms.insert(terms.begin(), fmt::format("{} * {}", e.constant, st));
+        else constant += e.constant * stride;
         continue;
       }
       std::string at = e.grid_axis >= 0 ? block_start(e.grid_axis) : index_expression(e.value, shape.size() > 1);
-      terms.insert(terms.begin(), stride == 1 ? at : fmt::format("({}) * {}", at, stride));
+      terms.insert(terms.begin(), st == "1" ? at : fmt::format("({}) * {}", at, st));
     }
     if (constant || terms.empty()) terms.push_back(fmt::format("{}", constant));
     return fmt::format("{}[{}]", prefetch_ref(op.tensor), fmt::join(terms, " + "));
@@ -2073,7 +2071,7 @@ class Generator {
     ir::ValueId idx = gather_index(op).first;
     const ir::Value& r = k_.value(op.result);
     if (!is_floating(r.dtype)) return picked;
-    int64_t dim = k_.tensors[size_t(op.tensor)].shape[size_t(gather_index(op).second)];
+    std::string dim = an_.dim_text(op.tensor, size_t(gather_index(op).second));
     std::string index = align(var(idx), k_.value(idx).dims, r.dims, false, op);
     return fmt::format("jnp.where(({0} >= 0) & ({0} < {1}), {2}, jnp.nan)", index, dim, picked);
   }
@@ -2099,7 +2097,10 @@ class Generator {
     lines.push_back(fmt::format("pltpu.sync_copy({}, {})", index, smem));
     lines.push_back("");
     lines.push_back(fmt::format("def pick_{}(r, carry):", g));
-    lines.push_back(fmt::format("    i = jnp.clip({}[r], 0, {})", smem, t.shape[size_t(gather_pos)] - 1));
+    std::string last = an_.dim_axis(op.tensor, size_t(gather_pos)) >= 0
+                           ? an_.dim_text(op.tensor, size_t(gather_pos)) + " - 1"
+                           : fmt::format("{}", t.shape[size_t(gather_pos)] - 1);
+    lines.push_back(fmt::format("    i = jnp.clip({}[r], 0, {})", smem, last));
     lines.push_back(fmt::format("    {}[pl.ds(r, 1), :] = {}[{}]", picked, ref, fmt::join(at, ", ")));
     lines.push_back("    return carry");
     lines.push_back("");
@@ -2134,8 +2135,8 @@ class Generator {
     lines.push_back("");
     lines.push_back(fmt::format("def add_{}(j, carry):", g));
     lines.push_back(fmt::format("    i = {}[j]", smem));
-    std::string ok = fmt::format("(i >= 0) & (i < {})", t.shape[size_t(gather_pos)]);
-    if (an_.partial[size_t(rows)]) ok += fmt::format(" & ({} + j < {})", block_start(rows), axis_end(rows));
+    std::string ok = fmt::format("(i >= 0) & (i < {})", an_.dim_text(op.tensor, size_t(gather_pos)));
+    if (an_.ragged(rows)) ok += fmt::format(" & ({} + j < {})", block_start(rows), axis_end(rows));
     lines.push_back(fmt::format("    @pl.when({})  # in the dim, and a row of the tile", ok));
     lines.push_back("    def _add():");
     lines.push_back(fmt::format("        {0}[{1}] = {0}[{1}] + {2}[{3}]", ref, fmt::join(at, ", "), values, fmt::join(from, ", ")));

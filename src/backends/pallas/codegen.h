@@ -75,8 +75,8 @@ Footprint vmem_footprint(const plan::Plan& p, const TpuGeneration& chip);
 // them; the grid and the loops count blocks with pl.cdiv, every tiled block is masked where it
 // may be partial, operands streamed in whole blocks are padded to them at the call's size, and
 // a block that is the whole dim at the probe is the call's whole dim. It throws ConfigError
-// for what it cannot follow yet (gathers, scatters, scalar prefetch, resident inner loops, a
-// grid over part of a dim).
+// for what it cannot follow yet (resident inner loops, a grid over part of a dim, an inner
+// loop starting elsewhere than 0, an axis no input's dim gives).
 std::string generate(const plan::Plan& p, const TpuGeneration& chip, bool general = false);
 
 // What this target decided beyond the plan (inner-loop strategies, the VMEM arithmetic), for
