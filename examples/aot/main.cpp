@@ -1,10 +1,10 @@
 // A program that uses kernels built ahead of time (`deuteron aot`), with nothing of Deuteron
 // but the header and the library that build wrote. It runs softmax, matmul, the norms (and the
-// rms norm's backward) and cross_entropy at the shapes the build tuned and at others (the
+// rms norm's backward), cross_entropy and cumsum at the shapes the build tuned and at others (the
 // general variants), checks every output against plain loops in double precision, and checks
 // that bad calls fail with a code and a message.
 //
-//   deuteron aot softmax,matmul,cross_entropy,layer_norm,rms_norm,rms_norm_bwd --shapes shapes.txt --out kernels
+//   deuteron aot softmax,matmul,cross_entropy,layer_norm,rms_norm,rms_norm_bwd,cumsum --shapes shapes.txt --out kernels
 //   cmake -S examples/aot -B build-aot -DAOT_DIR=$PWD/kernels && cmake --build build-aot
 //   build-aot/aot_consumer
 #include <cmath>
@@ -211,6 +211,26 @@ void rms_norm_bwd_case(int64_t m, int64_t n, const std::string& want_kind) {
             deuteron_kernels_last_error());
 }
 
+// cumsum: inclusive prefix sums along each row. The cpu target adds in double and rounds each
+// result once to f32, so it is within an f32 ulp of the double sum (f32 accumulation over a
+// 5000-element row would not be).
+void cumsum_case(int64_t m, int64_t n, const std::string& want_kind) {
+  std::vector<float> x = random_values(size_t(m * n), 13), out(size_t(m * n), NAN);
+  std::string kind = kind_of(deuteron_kernels_cumsum_variant(m, n));
+  int rc = deuteron_kernels_cumsum(x.data(), out.data(), m, n);
+  std::vector<double> want(size_t(m * n));
+  for (int64_t i = 0; i < m; ++i) {
+    double acc = 0;
+    for (int64_t j = 0; j < n; ++j) want[size_t(i * n + j)] = acc += double(x[size_t(i * n + j)]);
+  }
+  // Half an f32 ulp (2^-24 relative), plus what another order of double additions may move a sum
+  // by (n * 2^-52 times at most n).
+  double worst = worst_error(out, want, double(n) * double(n) * 0x1p-52, 0x1p-24);
+  check(rc == DEUTERON_KERNELS_OK && kind == want_kind && worst <= 1,
+        "cumsum " + shape_name(m, n) + " (" + kind + " variant, wanted " + want_kind + "): rc " + std::to_string(rc) +
+            ", worst error " + std::to_string(worst) + " of the tolerance " + deuteron_kernels_last_error());
+}
+
 void bad_calls() {
   std::vector<float> a(64, 0.5f), b(64), c(64);
   expect_error(deuteron_kernels_softmax(a.data(), b.data(), 0, 8), DEUTERON_KERNELS_BAD_ARGUMENT, "at least 1",
@@ -278,6 +298,12 @@ int main() {
     run(129, 33, "general");
     run(1, 4099, "general");
   }
+  // A scan's dim is one block: the general variant sizes its rows from the call's sizes.
+  cumsum_case(64, 257, "tuned");
+  cumsum_case(1, 1, "general");
+  cumsum_case(7, 1, "general");
+  cumsum_case(3, 5001, "general");
+  cumsum_case(130, 33, "general");
   bad_calls();
   std::printf("%s: %d failure%s\n", failures ? "FAILED" : "passed", failures, failures == 1 ? "" : "s");
   return failures ? 1 : 0;

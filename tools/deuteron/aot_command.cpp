@@ -145,12 +145,16 @@ aot::Size size_of(int64_t at_a, int64_t at_b, const std::vector<int64_t>& a, con
 // A config that is legal for any size, made from a tuned one: operands stream instead of
 // staying resident, and whole-dim reductions loop over blocks (keeping nothing the size of a
 // dim in fast memory). The space is the probe shape's, so every size in it is below the dims.
+// A whole dim whose space offers no block below it (a scan's dim: one block) stays whole: its
+// block is left out of the config, so that each shape completes it to its own extent, and a
+// general variant reads it at run time (fast memory sized from the call's sizes).
 // A target that keeps whole dims (Backend::aot_keeps_whole_dims) instead gets each reduction
 // block that covered its dim at the tuned shape (`tuned`) as the probe space's largest, which
 // covers the probe's dim too (the call's whole dim), and its tiled blocks raised to what its
 // rules allow at the probe shape (Backend::adjust_default), so at any size.
 config::Config generalize(const driver::Specialized& probe, config::Config c, const driver::Specialized& tuned) {
   bool keep_whole = probe.backend->aot_keeps_whole_dims();
+  std::vector<std::string> whole;
   for (const config::Tunable& t : probe.space.tunables()) {
     if (!c.has(t.name) || c.values().at(t.name) != config::keys::kResident) continue;
     bool streams = std::find(t.values.begin(), t.values.end(), config::keys::kStream) != t.values.end();
@@ -180,14 +184,16 @@ config::Config generalize(const driver::Specialized& probe, config::Config c, co
       least = least < 0 ? b : std::min(least, b);
     }
     if (pick > 0 || least > 0) c.set(name, pick > 0 ? pick : least);
+    else c.erase(name), whole.push_back(name);
   }
-  c = driver::complete(probe, c);
+  config::Config g = driver::complete(probe, c);
   if (keep_whole) {  // the tiled blocks only: the reductions' are chosen above
-    config::Config raised = probe.backend->adjust_default(probe.space, c, probe.ir);
+    config::Config raised = probe.backend->adjust_default(probe.space, g, probe.ir);
     for (const ir::BlockParam& bp : probe.ir.block_params)
-      if (!bp.reduction && raised.has(bp.name)) c.set(bp.name, raised.values().at(bp.name));
+      if (!bp.reduction && raised.has(bp.name)) g.set(bp.name, raised.values().at(bp.name));
   }
-  return c;
+  for (const std::string& name : whole) g.erase(name);
+  return g;
 }
 
 // The first line where two sources differ, for the reason a kernel has no general variant.
@@ -283,7 +289,7 @@ aot::Kernel plan_kernel(const examples::Entry& e, const std::vector<std::vector<
         if (k.general[i].config == g.dump()) t.general = int(i);
       if (t.general >= 0) continue;
       std::string entry = fmt::format("{}_{}_general{}", o.name, k.ident, k.general.size());
-      backends::AotVariant at_a = backend.emit_aot(driver::lower(sa, g), entry, true);
+      backends::AotVariant at_a = backend.emit_aot(driver::lower(sa, driver::complete(sa, g)), entry, true);
       backends::AotVariant at_b = backend.emit_aot(driver::lower(sb, driver::complete(sb, g)), entry, true);
       // Whatever still follows the shape shows as a difference between the two: then this
       // config has no general variant.
