@@ -148,7 +148,12 @@ aot::Size size_of(int64_t at_a, int64_t at_b, const std::vector<int64_t>& a, con
 // A whole dim whose space offers no block below it (a scan's dim: one block) stays whole: its
 // block is left out of the config, so that each shape completes it to its own extent, and a
 // general variant reads it at run time (fast memory sized from the call's sizes).
-config::Config generalize(const driver::Specialized& probe, config::Config c) {
+// A target that keeps whole dims (Backend::aot_keeps_whole_dims) instead gets each reduction
+// block that covered its dim at the tuned shape (`tuned`) as the probe space's largest, which
+// covers the probe's dim too (the call's whole dim), and its tiled blocks raised to what its
+// rules allow at the probe shape (Backend::adjust_default), so at any size.
+config::Config generalize(const driver::Specialized& probe, config::Config c, const driver::Specialized& tuned) {
+  bool keep_whole = probe.backend->aot_keeps_whole_dims();
   std::vector<std::string> whole;
   for (const config::Tunable& t : probe.space.tunables()) {
     if (!c.has(t.name) || c.values().at(t.name) != config::keys::kResident) continue;
@@ -162,6 +167,16 @@ config::Config generalize(const driver::Specialized& probe, config::Config c) {
     if (!t) continue;
     // The largest block below the dim and at most the tuned one, else the smallest below the dim.
     int64_t now = c.has(name) ? c.integer(name) : probe.space.default_config().integer(name), pick = -1, least = -1;
+    size_t a = size_t(&ax - probe.ir.axes.data());
+    if (keep_whole && a < tuned.ir.axes.size() && now >= tuned.ir.axes[a].extent) {
+      int64_t largest = -1;
+      for (const auto& v : t->values)
+        if (v.is_number_integer()) largest = std::max(largest, v.get<int64_t>());
+      if (largest >= ax.extent) {
+        c.set(name, largest);
+        continue;
+      }
+    }
     for (const auto& v : t->values) {
       if (!v.is_number_integer() || v.get<int64_t>() >= ax.extent) continue;
       int64_t b = v.get<int64_t>();
@@ -172,6 +187,11 @@ config::Config generalize(const driver::Specialized& probe, config::Config c) {
     else c.erase(name), whole.push_back(name);
   }
   config::Config g = driver::complete(probe, c);
+  if (keep_whole) {  // the tiled blocks only: the reductions' are chosen above
+    config::Config raised = probe.backend->adjust_default(probe.space, g, probe.ir);
+    for (const ir::BlockParam& bp : probe.ir.block_params)
+      if (!bp.reduction && raised.has(bp.name)) g.set(bp.name, raised.values().at(bp.name));
+  }
   for (const std::string& name : whole) g.erase(name);
   return g;
 }
@@ -245,9 +265,10 @@ aot::Kernel plan_kernel(const examples::Entry& e, const std::vector<std::vector<
       k.no_general = fmt::format("the extent of its axis {} follows no single shape parameter", sa.ir.axes[a].name);
   }
 
+  std::vector<driver::Specialized> at_tuned;  // per tuned shape
   for (const std::vector<int64_t>& shape : shapes) {
     std::vector<Arg> args = e.inputs(shape, dt, 1);
-    driver::Specialized s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), o.target);
+    driver::Specialized& s = at_tuned.emplace_back(driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), o.target));
     std::string origin;
     config::Config c = tuned_config(e, s, args, o, &origin);
     std::string entry = fmt::format("{}_{}_{}", o.name, k.ident, shape_text(shape));
@@ -263,7 +284,7 @@ aot::Kernel plan_kernel(const examples::Entry& e, const std::vector<std::vector<
   std::string ext = backend.aot_language() == "c++" ? "cpp" : "py";
   for (aot::Variant& t : k.tuned) {
     try {
-      config::Config g = generalize(sa, config::Config::parse(t.config));
+      config::Config g = generalize(sa, config::Config::parse(t.config), at_tuned[size_t(&t - k.tuned.data())]);
       for (size_t i = 0; i < k.general.size(); ++i)
         if (k.general[i].config == g.dump()) t.general = int(i);
       if (t.general >= 0) continue;
