@@ -142,20 +142,44 @@ aot::Size size_of(int64_t at_a, int64_t at_b, const std::vector<int64_t>& a, con
   return {-2, 0};  // follows no single parameter
 }
 
+// The whole dims a block product reads (an operand's or its result's): the plan keeps each in
+// one block, so a general variant does too, its packed layout sized from the call's sizes.
+std::set<int> dot_whole_dims(const ir::Kernel& k) {
+  std::set<int> out;
+  for (const ir::Op& op : k.ops) {
+    if (op.kind != ir::OpKind::Dot) continue;
+    for (ir::ValueId v : {op.inputs[0], op.inputs[1], op.result})
+      for (int d : k.value(v).dims)
+        if (d != ir::kOne && k.axes[size_t(d)].kind == ir::AxisKind::Reduction) out.insert(d);
+  }
+  return out;
+}
+
 // A config that is legal for any size, made from a tuned one: operands stream instead of
 // staying resident, and whole-dim reductions loop over blocks (keeping nothing the size of a
-// dim in fast memory). The space is the probe shape's, so every size in it is below the dims.
+// dim in fast memory), except those a block product reads, which stay one block (the largest
+// the space offers, above the probe's dim; the general variant's block is the call's dim). The
+// space is the probe shape's, so every size in it is below the dims.
 config::Config generalize(const driver::Specialized& probe, config::Config c) {
+  std::set<int> whole = dot_whole_dims(probe.ir);
   for (const config::Tunable& t : probe.space.tunables()) {
     if (!c.has(t.name) || c.values().at(t.name) != config::keys::kResident) continue;
     bool streams = std::find(t.values.begin(), t.values.end(), config::keys::kStream) != t.values.end();
     c.set(t.name, streams ? config::keys::kStream : config::keys::kInPlace);
   }
-  for (const ir::Axis& ax : probe.ir.axes) {
+  for (size_t a = 0; a < probe.ir.axes.size(); ++a) {
+    const ir::Axis& ax = probe.ir.axes[a];
     if (ax.kind == ir::AxisKind::Tile || ax.block_param < 0) continue;
     const std::string& name = probe.ir.block_params[size_t(ax.block_param)].name;
     const config::Tunable* t = probe.space.find(name);
     if (!t) continue;
+    if (whole.count(int(a))) {
+      int64_t largest = -1;
+      for (const auto& v : t->values)
+        if (v.is_number_integer()) largest = std::max(largest, v.get<int64_t>());
+      if (largest >= ax.extent) c.set(name, largest);
+      continue;
+    }
     // The largest block below the dim and at most the tuned one, else the smallest below the dim.
     int64_t now = c.has(name) ? c.integer(name) : probe.space.default_config().integer(name), pick = -1, least = -1;
     for (const auto& v : t->values) {
@@ -167,6 +191,31 @@ config::Config generalize(const driver::Specialized& probe, config::Config c) {
     if (pick > 0 || least > 0) c.set(name, pick > 0 ? pick : least);
   }
   return driver::complete(probe, c);
+}
+
+// Lowers a generalised config at a probe shape, halving its largest tile block while the probe
+// needs more fast memory than the target has: a whole dim kept in one block (a block
+// product's) makes the probe's rows longer than any tuned shape's. The general variant runs at
+// any size whatever its blocks (its scratch is sized by the call); these fit up to the probe's.
+plan::Plan lower_fitting(const driver::Specialized& probe, config::Config* g) {
+  for (;;) {
+    try {
+      return driver::lower(probe, *g);
+    } catch (const ConfigError& e) {
+      if (e.message().find("of fast memory per thread") == std::string::npos) throw;
+      std::string largest;
+      for (const ir::Axis& ax : probe.ir.axes) {
+        if (ax.kind != ir::AxisKind::Tile || ax.block_param < 0) continue;
+        const std::string& name = probe.ir.block_params[size_t(ax.block_param)].name;
+        if (g->has(name) && probe.space.find(name) && g->integer(name) > 1 &&
+            (largest.empty() || g->integer(name) > g->integer(largest)))
+          largest = name;
+      }
+      if (largest.empty()) throw;
+      g->set(largest, g->integer(largest) / 2);
+      *g = driver::complete(probe, *g);
+    }
+  }
 }
 
 // The first line where two sources differ, for the reason a kernel has no general variant.
@@ -257,12 +306,13 @@ aot::Kernel plan_kernel(const examples::Entry& e, const std::vector<std::vector<
   for (aot::Variant& t : k.tuned) {
     try {
       config::Config g = generalize(sa, config::Config::parse(t.config));
+      plan::Plan at_b_plan = lower_fitting(sb, &g);  // the larger probe: what fits there fits at the other
       for (size_t i = 0; i < k.general.size(); ++i)
         if (k.general[i].config == g.dump()) t.general = int(i);
       if (t.general >= 0) continue;
       std::string entry = fmt::format("{}_{}_general{}", o.name, k.ident, k.general.size());
       backends::AotVariant at_a = backend.emit_aot(driver::lower(sa, g), entry, true);
-      backends::AotVariant at_b = backend.emit_aot(driver::lower(sb, driver::complete(sb, g)), entry, true);
+      backends::AotVariant at_b = backend.emit_aot(at_b_plan, entry, true);
       // Whatever still follows the shape shows as a difference between the two: then this
       // config has no general variant.
       if (at_a.source != at_b.source || at_a.scratch_per_thread != at_b.scratch_per_thread || at_a.threads != at_b.threads)
