@@ -193,27 +193,38 @@ config::Config generalize(const driver::Specialized& probe, config::Config c) {
   return driver::complete(probe, c);
 }
 
-// Lowers a generalised config at a probe shape, halving its largest tile block while the probe
-// needs more fast memory than the target has: a whole dim kept in one block (a block
-// product's) makes the probe's rows longer than any tuned shape's. The general variant runs at
-// any size whatever its blocks (its scratch is sized by the call); these fit up to the probe's.
-plan::Plan lower_fitting(const driver::Specialized& probe, config::Config* g) {
+// The block parameters of the whole dims a block product reads (dot_whole_dims).
+std::set<std::string> whole_block_params(const ir::Kernel& k) {
+  std::set<std::string> out;
+  for (int a : dot_whole_dims(k))
+    if (k.axes[size_t(a)].block_param >= 0) out.insert(k.block_params[size_t(k.axes[size_t(a)].block_param)].name);
+  return out;
+}
+
+// A general variant's fast memory follows the call's whole dims, so its blocks are made to fit
+// where it will mostly run: near the tuned shape it comes from (not at the probe shapes, whose
+// whole dims are longer than any tuned shape's). While the generalised config, with the tuned
+// shape's whole-dim blocks, needs more fast memory there than the target has, its largest tile
+// block is halved.
+config::Config fit_near(const driver::Specialized& tuned, const config::Config& tuned_config, config::Config g) {
+  std::set<std::string> whole = whole_block_params(tuned.ir);
   for (;;) {
+    config::Config here = g;
+    for (const std::string& name : whole)
+      if (tuned_config.has(name)) here.set(name, tuned_config.integer(name));
     try {
-      return driver::lower(probe, *g);
+      driver::lower(tuned, here);
+      return g;
     } catch (const ConfigError& e) {
-      if (e.message().find("of fast memory per thread") == std::string::npos) throw;
+      if (e.message().find("of fast memory per thread") == std::string::npos) return g;  // the probes say why
       std::string largest;
-      for (const ir::Axis& ax : probe.ir.axes) {
+      for (const ir::Axis& ax : tuned.ir.axes) {
         if (ax.kind != ir::AxisKind::Tile || ax.block_param < 0) continue;
-        const std::string& name = probe.ir.block_params[size_t(ax.block_param)].name;
-        if (g->has(name) && probe.space.find(name) && g->integer(name) > 1 &&
-            (largest.empty() || g->integer(name) > g->integer(largest)))
-          largest = name;
+        const std::string& name = tuned.ir.block_params[size_t(ax.block_param)].name;
+        if (g.has(name) && g.integer(name) > 1 && (largest.empty() || g.integer(name) > g.integer(largest))) largest = name;
       }
-      if (largest.empty()) throw;
-      g->set(largest, g->integer(largest) / 2);
-      *g = driver::complete(probe, *g);
+      if (largest.empty()) return g;
+      g.set(largest, g.integer(largest) / 2);
     }
   }
 }
@@ -303,16 +314,20 @@ aot::Kernel plan_kernel(const examples::Entry& e, const std::vector<std::vector<
   // nearest an unbuilt one (aot_writer.cpp: log-size distance) picks which.
   if (!k.no_general.empty()) return k;
   std::string ext = backend.aot_language() == "c++" ? "cpp" : "py";
+  // At the probes the fast memory is not checked: fit_near checked it where the variant runs.
+  driver::Specialized ua = sa, ub = sb;
+  ua.limits.fast_memory_bytes = ub.limits.fast_memory_bytes = int64_t(1) << 50;
   for (aot::Variant& t : k.tuned) {
     try {
-      config::Config g = generalize(sa, config::Config::parse(t.config));
-      plan::Plan at_b_plan = lower_fitting(sb, &g);  // the larger probe: what fits there fits at the other
+      config::Config tuned = config::Config::parse(t.config);
+      config::Config g = fit_near(driver::specialize(*e.kernel, arg_specs(e, t.shape, dt), o.target), tuned,
+                                  generalize(sa, tuned));
       for (size_t i = 0; i < k.general.size(); ++i)
         if (k.general[i].config == g.dump()) t.general = int(i);
       if (t.general >= 0) continue;
       std::string entry = fmt::format("{}_{}_general{}", o.name, k.ident, k.general.size());
-      backends::AotVariant at_a = backend.emit_aot(driver::lower(sa, g), entry, true);
-      backends::AotVariant at_b = backend.emit_aot(at_b_plan, entry, true);
+      backends::AotVariant at_a = backend.emit_aot(driver::lower(ua, g), entry, true);
+      backends::AotVariant at_b = backend.emit_aot(driver::lower(ub, driver::complete(ub, g)), entry, true);
       // Whatever still follows the shape shows as a difference between the two: then this
       // config has no general variant.
       if (at_a.source != at_b.source || at_a.scratch_per_thread != at_b.scratch_per_thread || at_a.threads != at_b.threads)
