@@ -148,13 +148,33 @@ DT_INLINE float exp_hilo(float hi, float lo, float zero_below) {
   return sel(zero, 0.0f, scale_pow2(exp_poly(r), ni));
 }
 
+// e^a for a <= 0 (or NaN), 0 below kActFlushBelow: exp_impl's result wherever it is not
+// flushed, with less work (the activations' hot path). Then n >= -125, so 2^n is one normal
+// factor, and a <= 0 needs no clamp above.
+DT_INLINE float exp_nonpositive_flushed(float a) {
+  bool zero = a < kActFlushBelow;
+  a = sel(zero, 0.0f, a);
+  float t = a * kLog2e + kShifter;
+  float n = t - kShifter;
+  int32_t ni = static_cast<int32_t>(as_u32(t) - as_u32(kShifter));
+  float r = a - n * kLn2Hi;
+  r = r - n * kLn2Lo;
+  return sel(zero, 0.0f, exp_poly(r) * as_f32(static_cast<uint32_t>(ni + 127) << 23));
+}
+
 // e = e^-|x| and s = 1 / (1 + e): sigmoid(x) is s for x >= 0 and e * s for x < 0. e never
-// overflows, and for x << 0 the result e * s keeps its relative accuracy down to subnormals
-// (or is flushed below zero_below). For x > 20, 1 / (1 + e) rounds to 1 anyway: e^-20 is used
-// there so that large positive x never compute subnormals.
+// overflows, and for x << 0 the result e * s keeps its relative accuracy down to subnormals.
+// For x > 20, 1 / (1 + e) rounds to 1 anyway: e^-20 is used there so that large positive x
+// never compute subnormals.
 struct SigmoidParts { float e, s; };
-DT_INLINE SigmoidParts sigmoid_parts(float x, float zero_below) {
-  float e = exp_impl(sel(x > 20.0f, -20.0f, -__builtin_fabsf(x)), zero_below);
+DT_INLINE SigmoidParts sigmoid_parts(float x) {
+  float e = exp_impl(sel(x > 20.0f, -20.0f, -__builtin_fabsf(x)), kExpZeroBelow);
+  return {e, 1.0f / (1.0f + e)};
+}
+// The same for the activations, with e flushed to 0 below kActFlushBelow: that also keeps
+// large positive x off subnormals, so no clamp is needed.
+DT_INLINE SigmoidParts act_sigmoid_parts(float x) {
+  float e = exp_nonpositive_flushed(-__builtin_fabsf(x));
   return {e, 1.0f / (1.0f + e)};
 }
 
@@ -271,14 +291,14 @@ DT_INLINE float tanh(float x) {
 // 1 / (1 + e^-x), computed from e^-|x| (see sigmoid_parts), with gradual underflow for
 // x < -87.3: sigmoid(-inf) = 0, sigmoid(inf) = 1, NaN -> NaN.
 DT_INLINE float sigmoid(float x) {
-  detail::SigmoidParts q = detail::sigmoid_parts(x, detail::kExpZeroBelow);
+  detail::SigmoidParts q = detail::sigmoid_parts(x);
   return detail::sel(x >= 0.0f, q.s, q.e * q.s);
 }
 
 // x * sigmoid(x); results below x = -86 (|silu| < 4e-36) are flushed to -0 (kActFlushBelow).
 // silu(-inf) is the limit -0 (x * 0 would be NaN).
 DT_INLINE float silu(float x) {
-  detail::SigmoidParts q = detail::sigmoid_parts(x, detail::kActFlushBelow);
+  detail::SigmoidParts q = detail::act_sigmoid_parts(x);
   float r = x * detail::sel(x >= 0.0f, q.s, q.e * q.s);
   return detail::sel(x == neg_inf(), -0.0f, r);
 }
@@ -288,7 +308,7 @@ DT_INLINE float silu(float x) {
 // flushed to -0 (kActFlushBelow); gelu_tanh(-inf) is the limit -0.
 DT_INLINE float gelu_tanh(float x) {
   float v = x * (0.0713548139f * (x * x) + 1.59576917f);  // 2u
-  detail::SigmoidParts q = detail::sigmoid_parts(v, detail::kActFlushBelow);
+  detail::SigmoidParts q = detail::act_sigmoid_parts(v);
   float r = x * detail::sel(v >= 0.0f, q.s, q.e * q.s);
   return detail::sel(x == neg_inf(), -0.0f, r);
 }
