@@ -1,6 +1,6 @@
 // cumsum: torch.cumsum(x, dim=-1) of x[M, N], a scan along each whole row (hl::cumsum). The
-// cpu target runs it as one sequential loop per row, pallas as jax.lax.cumsum, triton as
-// tl.cumsum.
+// cpu target runs it as SIMD prefix sums in double per row (dt::cumsum_f32_in_double, from x
+// straight into out), pallas as jax.lax.cumsum, triton as tl.cumsum.
 #include "catalogue.h"
 #include "reference_util.h"
 

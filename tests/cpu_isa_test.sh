@@ -16,7 +16,8 @@ no_zmm() { [ -f "$1" ] && ! objdump -d --no-show-raw-insn "$1" | grep -q '%zmm';
 
 export DEUTERON_CPU_ISA=avx2
 for run in "softmax --shapes small" "softmax --shape 1,1" "layer_norm --shapes small" "layer_norm --shape 1,1" \
-           "matmul --shapes small" "matmul --shape 1,1,1" "matmul --shapes small --dtype bfloat16"; do
+           "matmul --shapes small" "matmul --shape 1,1,1" "matmul --shapes small --dtype bfloat16" \
+           "cumsum --shapes small" "cumsum --shape 3,1"; do
   out=$("$BIN" run $run --json --repeat 2 2>&1)
   check "$run is correct with AVX2 only" has "$out" '"correct":true'
   check "$run: its shared object has no zmm register" no_zmm "$(so_of "$out")"

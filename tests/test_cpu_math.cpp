@@ -184,6 +184,35 @@ TEST(CpuMath, Exp2) {
   EXPECT_TRUE(std::isnan(dt::exp2(dt::nan())));
 }
 
+// The exponentials for arguments known not to be positive: the general function's result
+// bit for bit, except that results below their flush threshold are 0.
+TEST(CpuMath, ExpNonPositive) {
+  check("exp_nonpositive", [](float x) { return dt::exp_nonpositive(-dt::abs(x)); },
+        [](double x) { return std::exp(-std::fabs(x)); },
+        [](double x, double r) { return std::fmax(exp_tolerance(x, r), r < 4.6e-38 ? r : 0.0); });
+  check("exp2_nonpositive", [](float x) { return dt::exp2_nonpositive(-dt::abs(x)); },
+        [](double x) { return std::exp2(-std::fabs(x)); },
+        [](double x, double r) { return std::fmax(exp_tolerance(x, r), r < 4.8e-38 ? r : 0.0); });
+  int differ = 0;
+  for (float x : inputs()) {
+    const float a = -std::fabs(x);
+    if (!(a >= -86.0f)) continue;
+    differ += dt::exp_nonpositive(a) != dt::exp(a);
+    differ += a >= -124.0f && dt::exp2_nonpositive(a) != dt::exp2(a);
+  }
+  EXPECT_EQ(differ, 0);
+  EXPECT_EQ(dt::exp_nonpositive(0.0f), 1.0f);
+  EXPECT_EQ(dt::exp_nonpositive(-0.0f), 1.0f);
+  EXPECT_EQ(dt::exp_nonpositive(dt::neg_inf()), 0.0f);
+  EXPECT_EQ(dt::exp_nonpositive(-86.5f), 0.0f);
+  EXPECT_GT(dt::exp_nonpositive(-85.9f), 0.0f);
+  EXPECT_TRUE(std::isnan(dt::exp_nonpositive(dt::nan())));
+  EXPECT_EQ(dt::exp2_nonpositive(-124.0f), std::ldexp(1.0f, -124));
+  EXPECT_EQ(dt::exp2_nonpositive(-124.5f), 0.0f);
+  EXPECT_EQ(dt::exp2_nonpositive(dt::neg_inf()), 0.0f);
+  EXPECT_TRUE(std::isnan(dt::exp2_nonpositive(dt::nan())));
+}
+
 TEST(CpuMath, Log) {
   check("log", [](float x) { return dt::log(x); }, [](double x) { return std::log(x); },
         [](double, double r) { return std::fmin(2.0 * ulp_at(r), 5e-7 * std::fabs(r)); });
@@ -470,4 +499,49 @@ TEST(CpuMath, ConversionsVectorised) {
       ASSERT_EQ(b2[i], i) << i;
     }
   }
+}
+
+// dt::cumsum_f32_in_double (the cpu target's f32 cumsum along a row, compiled here without
+// AVX-512: its 4-lane form; the kernels' tests run the 8-lane one) against a sequential sum
+// in double, forward and reversed, at every length around its vector widths (the tail added
+// one by one) and at long rows. Its tree-then-carry order of double additions may differ from
+// the sequential one by n * 2^-52 times the row's absolute sum, so each result is the
+// sequential double sum rounded once to f32 within that: half an f32 ulp plus the difference
+// (an f32 accumulation is many ulps off at these lengths). NaN and inf propagate.
+TEST(CpuMath, CumsumInDouble) {
+  uint32_t state = 12345;
+  auto next = [&] {  // values in [-2, 2): a fixed LCG, no <random> in this file
+    state = state * 1664525u + 1013904223u;
+    return float(state >> 8) * 0x1p-22f - 2.0f;
+  };
+  std::vector<int64_t> lengths;
+  for (int64_t n = 0; n <= 70; ++n) lengths.push_back(n);
+  for (int64_t n : {255, 256, 257, 2560, 5001}) lengths.push_back(n);
+  for (int64_t n : lengths)
+    for (bool reverse : {false, true}) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (float& v : x) v = next();
+      std::vector<float> got = x;  // in place at odd lengths, else into another array
+      if (n % 2) dt::cumsum_f32_in_double(got.data(), got.data(), n, reverse);
+      else dt::cumsum_f32_in_double(x.data(), got.data(), n, reverse);
+      double acc = 0, mag = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        size_t j = size_t(reverse ? n - 1 - k : k);
+        acc += double(x[j]);
+        mag += std::fabs(double(x[j]));
+        double slack = double(n) * 0x1p-52 * mag;
+        ASSERT_LE(std::fabs(double(got[j]) - acc), 0.5 * ulp_at(std::fabs(acc) + slack) + slack)
+            << "n " << n << (reverse ? " reversed" : "") << ", element " << j;
+      }
+    }
+  std::vector<float> special(40, 1.0f);
+  special[5] = NAN;
+  special[30] = INFINITY;
+  dt::cumsum_f32_in_double(special.data(), special.data(), 40, false);
+  for (size_t j = 0; j < 40; ++j)
+    EXPECT_TRUE(j < 5 ? special[j] == float(j + 1) : std::isnan(special[j])) << j;
+  std::vector<float> inf(40, 1.0f);
+  inf[30] = INFINITY;
+  dt::cumsum_f32_in_double(inf.data(), inf.data(), 40, true);
+  for (size_t j = 0; j < 40; ++j) EXPECT_EQ(inf[j], j <= 30 ? INFINITY : float(40 - j)) << j;
 }

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "catalogue.h"
+#include "deuteron/deuteron.h"
 #include "driver/driver.h"
 
 namespace deuteron {
@@ -96,6 +97,32 @@ TEST(GeneratedCode, GeneralVariantSizesWholeDimProducts) {
   }
 }
 
+// A scan's dim is one block: a general variant takes that block as each call's extent. In f32 the
+// cumsum reads x and writes out0 directly (no fast memory); in bf16 it scans rows in fast memory
+// that the scratch function sizes from the call's row length. Either way the source is the same
+// at two shapes and holds none of their numbers (the block left out of the config, as
+// `deuteron aot` leaves it).
+TEST(GeneratedCode, GeneralVariantOfAScanReadsItsRowLength) {
+  const examples::Entry& e = examples::find("cumsum");
+  for (DType dt : {DType::f32, DType::bf16}) {
+    auto emit = [&](std::vector<int64_t> shape) {
+      driver::Specialized s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, e.inputs(shape, dt, 1)), "cpu");
+      config::Config c = driver::complete(s, config::Config::parse(R"({"block_rows":8})"));
+      return s.backend->emit_aot(driver::lower(s, c), "k_general", true);
+    };
+    backends::AotVariant a = emit({1031, 2053}), b = emit({1037, 2063});
+    EXPECT_EQ(a.source, b.source) << dtype_name(dt);
+    for (const char* number : {"1031", "2053", "4096"}) EXPECT_EQ(a.source.find(number), std::string::npos) << number << a.source;
+    EXPECT_NE(a.source.find("dt::cumsum_f32_in_double("), std::string::npos) << a.source;
+    if (dt == DType::f32) {
+      EXPECT_NE(a.source.find("dt::cumsum_f32_in_double(x + "), std::string::npos) << a.source;
+      EXPECT_NE(a.source.find("// fast memory: 0 bytes per thread"), std::string::npos) << a.source;
+    } else {
+      EXPECT_NE(a.source.find("return long((E_r0 * 32 + 63) / 64 * 64);"), std::string::npos) << a.source;
+    }
+  }
+}
+
 // What a general variant cannot hold is a ConfigError naming it: a copy spanning a whole dim.
 TEST(GeneratedCode, GeneralVariantRefusesResidentOperands) {
   driver::Specialized s = specialize_at("matmul", {130, 67, 100});
@@ -106,6 +133,50 @@ TEST(GeneratedCode, GeneralVariantRefusesResidentOperands) {
   } catch (const ConfigError& e) {
     EXPECT_NE(e.message().find("keep y resident"), std::string::npos) << e.message();
   }
+}
+
+// exp(x - max x) never sees a positive argument: the generator calls the cheaper
+// dt::exp_nonpositive there, and plain dt::exp wherever that is not known from the kernel.
+TEST(GeneratedCode, ExpOfXMinusItsMaxUsesTheNonPositiveExp) {
+  namespace hl = deuteron::hl;
+  auto code = [](const KernelBase& k, const std::vector<Arg>& args) {
+    auto s = driver::specialize(k, frontend::describe_args(k, args), "cpu");
+    return s.backend->emit(driver::lower(s, s.space.default_config()));
+  };
+  auto count = [](const std::string& src, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = src.find(what); at != std::string::npos; at = src.find(what, at + 1)) ++n;
+    return n;
+  };
+  const Tensor x = Tensor::rand({5, 37}, DType::f32, 1), y = Tensor::rand({5, 37}, DType::f32, 2);
+  auto rows = [](auto body) {
+    return deuteron::kernel("exp_args", [body](hl::Tensor a, hl::Tensor b) {
+      auto out = hl::empty_like(a);
+      for (auto tm : hl::tile(a.size(0))) out[{tm, hl::all}] = body(a[{tm, hl::all}], b[{tm, hl::all}]);
+      return out;
+    });
+  };
+  auto guarded = rows([](hl::Tensor a, hl::Tensor) {  // the online softmax's -inf guard
+    auto m = a.amax(1, true);
+    return hl::exp(a - hl::where(m == -INFINITY, 0.0f, m));
+  });
+  EXPECT_EQ(count(code(guarded, {x, y}), "dt::exp_nonpositive("), 1u);
+  auto max_of_both = rows([](hl::Tensor a, hl::Tensor b) { return hl::exp2(a - hl::maximum(b, a.amax(1, true))); });
+  EXPECT_EQ(count(code(max_of_both, {x, y}), "dt::exp2_nonpositive("), 1u);
+  // Not known: the max of another tensor, the wrong order, a where without the guard.
+  auto other = rows([](hl::Tensor a, hl::Tensor b) { return hl::exp(a - b.amax(1, true)); });
+  auto reversed = rows([](hl::Tensor a, hl::Tensor) { return hl::exp(a.amax(1, true) - a); });
+  auto unguarded = rows([](hl::Tensor a, hl::Tensor) {
+    auto m = a.amax(1, true);
+    return hl::exp(a - hl::where(m > 0.5f, 0.0f, m));
+  });
+  for (const std::string& src : {code(other, {x, y}), code(reversed, {x, y}), code(unguarded, {x, y})}) {
+    EXPECT_EQ(count(src, "_nonpositive("), 0u) << src;
+    EXPECT_EQ(count(src, "dt::exp("), 1u) << src;
+  }
+  // The catalogue: softmax's exponent, and both of flash attention's (scores and rescale).
+  EXPECT_EQ(count(emit_cpu(examples::find("softmax")), "dt::exp_nonpositive("), 1u);
+  EXPECT_EQ(count(emit_cpu(examples::find("attention")), "dt::exp2_nonpositive("), 2u);
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
 // A program that uses kernels built ahead of time (`deuteron aot`), with nothing of Deuteron
 // but the header and the library that build wrote. It runs softmax, matmul, the norms (and the
-// rms norm's backward), cross_entropy, attention (causal too) and matmul_layernorm at the
-// shapes the build tuned and at others (the general variants), checks every output against
+// rms norm's backward), cross_entropy, cumsum, attention (causal too) and matmul_layernorm at
+// the shapes the build tuned and at others (the general variants), checks every output against
 // plain loops in double precision, and checks that bad calls fail with a code and a message.
 //
-//   deuteron aot softmax,matmul,cross_entropy,layer_norm,rms_norm,rms_norm_bwd,attention,attention_causal,matmul_layernorm \
+//   deuteron aot softmax,matmul,cross_entropy,layer_norm,rms_norm,rms_norm_bwd,cumsum,attention,attention_causal,matmul_layernorm \
 //       --shapes shapes.txt --out kernels
 //   cmake -S examples/aot -B build-aot -DAOT_DIR=$PWD/kernels && cmake --build build-aot
 //   build-aot/aot_consumer
@@ -276,6 +276,26 @@ void matmul_layernorm_case(int64_t m, int64_t k, int64_t n, const std::string& w
             " of the tolerance " + deuteron_kernels_last_error());
 }
 
+// cumsum: inclusive prefix sums along each row. The cpu target adds in double and rounds each
+// result once to f32, so it is within an f32 ulp of the double sum (f32 accumulation over a
+// 5000-element row would not be).
+void cumsum_case(int64_t m, int64_t n, const std::string& want_kind) {
+  std::vector<float> x = random_values(size_t(m * n), 13), out(size_t(m * n), NAN);
+  std::string kind = kind_of(deuteron_kernels_cumsum_variant(m, n));
+  int rc = deuteron_kernels_cumsum(x.data(), out.data(), m, n);
+  std::vector<double> want(size_t(m * n));
+  for (int64_t i = 0; i < m; ++i) {
+    double acc = 0;
+    for (int64_t j = 0; j < n; ++j) want[size_t(i * n + j)] = acc += double(x[size_t(i * n + j)]);
+  }
+  // Half an f32 ulp (2^-24 relative), plus what another order of double additions may move a sum
+  // by (n * 2^-52 times at most n).
+  double worst = worst_error(out, want, double(n) * double(n) * 0x1p-52, 0x1p-24);
+  check(rc == DEUTERON_KERNELS_OK && kind == want_kind && worst <= 1,
+        "cumsum " + shape_name(m, n) + " (" + kind + " variant, wanted " + want_kind + "): rc " + std::to_string(rc) +
+            ", worst error " + std::to_string(worst) + " of the tolerance " + deuteron_kernels_last_error());
+}
+
 void bad_calls() {
   std::vector<float> a(64, 0.5f), b(64), c(64);
   expect_error(deuteron_kernels_softmax(a.data(), b.data(), 0, 8), DEUTERON_KERNELS_BAD_ARGUMENT, "at least 1",
@@ -343,6 +363,12 @@ int main() {
     run(129, 33, "general");
     run(1, 4099, "general");
   }
+  // A scan's dim is one block: the general variant sizes its rows from the call's sizes.
+  cumsum_case(64, 257, "tuned");
+  cumsum_case(1, 1, "general");
+  cumsum_case(7, 1, "general");
+  cumsum_case(3, 5001, "general");
+  cumsum_case(130, 33, "general");
   // Block products over a whole dim (attention's head dim D, matmul_layernorm's N): the general
   // variants size the micro-kernel's packed layout from the call's sizes, and attention's
   // 1/sqrt(D) is the call's D (S, D and N of 1, and sizes no block divides).

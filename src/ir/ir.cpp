@@ -1,5 +1,7 @@
 #include "ir/ir.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -45,6 +47,46 @@ const Op* Kernel::def(ValueId v) const {
 ValueId strip_views(const Kernel& k, ValueId v) {
   while (v >= 0 && k.def(v) && k.def(v)->kind == OpKind::View) v = k.def(v)->inputs[0];
   return v;
+}
+
+namespace {
+bool is_number(const Kernel& k, ValueId v, double x) {
+  const Op* d = k.def(strip_views(k, v));
+  return d && d->kind == OpKind::Full && d->axis < 0 && is_floating(k.value(d->result).dtype) && d->number.real == x;
+}
+
+bool at_most(const Kernel& k, ValueId a, ValueId b, int depth) {
+  if (a == b) return true;
+  if (depth > 8) return false;  // keeps the search short; false only loses the faster code
+  const Op* d = k.def(b);
+  if (!d) return false;
+  switch (d->kind) {
+    case OpKind::View: return at_most(k, a, d->inputs[0], depth + 1);
+    // Both sides broadcast by axis, so every element of a meets the max over its own row.
+    case OpKind::Reduce: return d->reduce == ReduceFn::Max && at_most(k, a, d->inputs[0], depth + 1);
+    case OpKind::Binary:
+      return d->binary == BinaryFn::Max &&
+             (at_most(k, a, d->inputs[0], depth + 1) || at_most(k, a, d->inputs[1], depth + 1));
+    case OpKind::Where: {
+      if (at_most(k, a, d->inputs[1], depth + 1) && at_most(k, a, d->inputs[2], depth + 1)) return true;
+      // where(m == -inf, anything, m): where the guard holds, a <= m = -inf, so a is -inf too.
+      const Op* c = k.def(d->inputs[0]);
+      if (!c || c->kind != OpKind::Binary || c->binary != BinaryFn::Eq) return false;
+      const ValueId m = d->inputs[2];
+      const bool guard = (c->inputs[0] == m && is_number(k, c->inputs[1], -INFINITY)) ||
+                         (c->inputs[1] == m && is_number(k, c->inputs[0], -INFINITY));
+      return guard && at_most(k, a, m, depth + 1);
+    }
+    default: return false;
+  }
+}
+}  // namespace
+
+bool at_most(const Kernel& k, ValueId a, ValueId b) { return at_most(k, a, b, 0); }
+
+bool nonpositive(const Kernel& k, ValueId v) {
+  const Op* d = k.def(v);
+  return d && d->kind == OpKind::Binary && d->binary == BinaryFn::Sub && at_most(k, d->inputs[0], d->inputs[1]);
 }
 
 namespace {

@@ -222,6 +222,13 @@ struct Kernel {
 // The value holding v's data, past views (unsqueeze, expand, permute, ...).
 ValueId strip_views(const Kernel& k, ValueId v);
 
+// Whether a <= b elementwise (or either is NaN), known from how b is built: b is a max taken
+// over a (amax, maximum, through views), or such a max guarded against -inf with a where (a is
+// then -inf too). Lets a generator pick a cheaper exponential for x - max(x).
+bool at_most(const Kernel& k, ValueId a, ValueId b);
+// Whether v <= 0 (or NaN), known from how it is built: a - b with at_most(a, b).
+bool nonpositive(const Kernel& k, ValueId v);
+
 // Per op: the loop whose body holds it, or -1 (dead ops).
 std::vector<int> loop_of_ops(const Kernel& k);
 

@@ -160,8 +160,12 @@ std::set<int> dot_whole_dims(const ir::Kernel& k) {
 // dim in fast memory), except those a block product reads, which stay one block (the largest
 // the space offers, above the probe's dim; the general variant's block is the call's dim). The
 // space is the probe shape's, so every size in it is below the dims.
+// A whole dim whose space offers no block below it (a scan's dim: one block) stays whole: its
+// block is left out of the config, so that each shape completes it to its own extent, and a
+// general variant reads it at run time (fast memory sized from the call's sizes).
 config::Config generalize(const driver::Specialized& probe, config::Config c) {
-  std::set<int> whole = dot_whole_dims(probe.ir);
+  std::set<int> dot_whole = dot_whole_dims(probe.ir);
+  std::vector<std::string> whole;
   for (const config::Tunable& t : probe.space.tunables()) {
     if (!c.has(t.name) || c.values().at(t.name) != config::keys::kResident) continue;
     bool streams = std::find(t.values.begin(), t.values.end(), config::keys::kStream) != t.values.end();
@@ -173,7 +177,7 @@ config::Config generalize(const driver::Specialized& probe, config::Config c) {
     const std::string& name = probe.ir.block_params[size_t(ax.block_param)].name;
     const config::Tunable* t = probe.space.find(name);
     if (!t) continue;
-    if (whole.count(int(a))) {
+    if (dot_whole.count(int(a))) {
       int64_t largest = -1;
       for (const auto& v : t->values)
         if (v.is_number_integer()) largest = std::max(largest, v.get<int64_t>());
@@ -189,8 +193,11 @@ config::Config generalize(const driver::Specialized& probe, config::Config c) {
       least = least < 0 ? b : std::min(least, b);
     }
     if (pick > 0 || least > 0) c.set(name, pick > 0 ? pick : least);
+    else c.erase(name), whole.push_back(name);
   }
-  return driver::complete(probe, c);
+  config::Config g = driver::complete(probe, c);
+  for (const std::string& name : whole) g.erase(name);
+  return g;
 }
 
 // The block parameters of the whole dims a block product reads (dot_whole_dims).
@@ -326,7 +333,7 @@ aot::Kernel plan_kernel(const examples::Entry& e, const std::vector<std::vector<
         if (k.general[i].config == g.dump()) t.general = int(i);
       if (t.general >= 0) continue;
       std::string entry = fmt::format("{}_{}_general{}", o.name, k.ident, k.general.size());
-      backends::AotVariant at_a = backend.emit_aot(driver::lower(ua, g), entry, true);
+      backends::AotVariant at_a = backend.emit_aot(driver::lower(ua, driver::complete(ua, g)), entry, true);
       backends::AotVariant at_b = backend.emit_aot(driver::lower(ub, driver::complete(ub, g)), entry, true);
       // Whatever still follows the shape shows as a difference between the two: then this
       // config has no general variant.

@@ -220,8 +220,25 @@ DT_INLINE float split12(float x) { return as_f32(as_u32(x) & 0xfffff000u); }
 // (through subnormals) to 0 below -103.97; exp(-inf) = 0, exp(inf) = inf, NaN -> NaN.
 DT_INLINE float exp(float x) { return detail::exp_impl(x, detail::kExpZeroBelow); }
 
-// 2^x: x = n + f with |f| <= 1/2 (exact), degree-6 minimax polynomial for 2^f (relative error
-// 5.2e-9), scaling by 2^n.
+// e^x for x <= 0 (or NaN), the generators' choice where x is known not to be positive (x minus
+// a max of x): exp's result, except that results below e^-86 (4.5e-38) are 0 instead of tiny or
+// subnormal, for about two thirds of exp's work.
+DT_INLINE float exp_nonpositive(float x) { return detail::exp_nonpositive_flushed(x); }
+
+namespace detail {
+// 2^f on |f| <= 1/2: degree-6 minimax polynomial (relative error 5.2e-9).
+DT_INLINE float exp2_poly(float f) {
+  float p = 0.00015820509f;
+  p = p * f + 0.00134182035f;
+  p = p * f + 0.00961706322f;
+  p = p * f + 0.0555027239f;
+  p = p * f + 0.240226552f;
+  p = p * f + 0.693147242f;
+  return p * f + 1.0f;
+}
+}  // namespace detail
+
+// 2^x: x = n + f with |f| <= 1/2 (exact), exp2_poly for 2^f, scaling by 2^n.
 DT_INLINE float exp2(float x) {
   using namespace detail;
   bool zero = x < -150.0f;  // 2^-150 ties to 0; below it is 0 (see kExpZeroBelow)
@@ -230,14 +247,19 @@ DT_INLINE float exp2(float x) {
   float t = x + kShifter;
   float n = t - kShifter;
   int32_t ni = static_cast<int32_t>(as_u32(t) - as_u32(kShifter));
-  float f = x - n;
-  float p = 0.00015820509f;
-  p = p * f + 0.00134182035f;
-  p = p * f + 0.00961706322f;
-  p = p * f + 0.0555027239f;
-  p = p * f + 0.240226552f;
-  p = p * f + 0.693147242f;
-  return sel(zero, 0.0f, scale_pow2(p * f + 1.0f, ni));
+  return sel(zero, 0.0f, scale_pow2(exp2_poly(x - n), ni));
+}
+
+// 2^x for x <= 0 (or NaN), as exp_nonpositive: exp2's result, except that results below 2^-124
+// are 0; then 2^n is one normal factor and no clamp above is needed.
+DT_INLINE float exp2_nonpositive(float x) {
+  using namespace detail;
+  bool zero = x < -124.0f;
+  x = sel(zero, 0.0f, x);
+  float t = x + kShifter;
+  float n = t - kShifter;
+  int32_t ni = static_cast<int32_t>(as_u32(t) - as_u32(kShifter));
+  return sel(zero, 0.0f, exp2_poly(x - n) * as_f32(static_cast<uint32_t>(ni + 127) << 23));
 }
 
 // log(x): x = 2^k * m with m in [sqrt(1/2), sqrt(2)) by integer exponent arithmetic (as in
@@ -480,6 +502,104 @@ DT_INLINE float randn(int64_t seed, int64_t offset) {
   Philox4 r = philox(seed, offset);
   float u1 = float((r.w[0] >> 8) + 1) * 0x1p-24f, u2 = uniform_of(r.w[1]);
   return __builtin_sqrtf(-2.0f * log(u1)) * __builtin_cosf(6.28318530717958648f * u2);
+}
+
+// ---- scans ------------------------------------------------------------------------------------
+
+// An f32 cumsum of in[0, n) into out (reversed: from the end), accumulated in double as
+// torch's CPU cumsum is: each result is the double prefix sum rounded once to f32. A scan has a
+// chain through every element, so it is written with GCC/clang vector types (no <immintrin.h>:
+// see the top): each vector of W consecutive elements gets its own prefix sums in log2(W) shuffled
+// adds, then the running total of the elements before it (a broadcast carry). The additions
+// therefore run in a different order than a sequential loop's (a tree within W elements, then
+// the carry): each double sum moves by at most n * 2^-52 times the prefix's absolute sum, far
+// below f32's rounding. W = 8 doubles with AVX-512, 4 otherwise; the last n % 2W elements are added one by
+// one. Two vectors a trip: the chain from one trip to the next is two adds of vector totals
+// (computed off it), not a whole vector's prefix.
+namespace detail {
+#if defined(__AVX512F__)
+inline constexpr int kScanLanes = 8;
+typedef double scan_vd __attribute__((vector_size(64)));
+typedef float scan_vf __attribute__((vector_size(32)));
+#else
+inline constexpr int kScanLanes = 4;
+typedef double scan_vd __attribute__((vector_size(32)));
+typedef float scan_vf __attribute__((vector_size(16)));
+#endif
+// Vectors pass by reference: by value, a 32-byte vector in code built without AVX (the tests,
+// an ahead-of-time build for any x86) draws GCC's -Wpsabi warning.
+DT_INLINE void scan_load(scan_vd& v, const float* p) {
+  scan_vf f;
+  __builtin_memcpy(&f, p, sizeof f);
+  v = __builtin_convertvector(f, scan_vd);
+}
+DT_INLINE void scan_store(float* p, const scan_vd& v) {
+  scan_vf f = __builtin_convertvector(v, scan_vf);
+  __builtin_memcpy(p, &f, sizeof f);
+}
+// Lane i += lanes i-1, ..., 0 (forward), or lanes i+1, ..., W-1 (reverse), as a Sklansky tree:
+// each pair's first lane into its second, then each half-quad's last into the next two, then
+// (8 lanes) the first quad's last into the second quad; zeros shifted in elsewhere. (The
+// Hillis-Steele form, shifts by 1, 2, 4 across the whole vector, measured 11% slower on the
+// Zen 5 EPYC: its shifts all cross 128-bit lanes, the first step here does not.)
+DT_INLINE void prefix_in_vector(scan_vd& v, bool reverse) {
+  const scan_vd z = {};
+#if defined(__AVX512F__)
+  if (!reverse) {
+    v += __builtin_shufflevector(z, v, 0, 8, 2, 10, 4, 12, 6, 14);
+    v += __builtin_shufflevector(z, v, 0, 1, 9, 9, 4, 5, 13, 13);
+    v += __builtin_shufflevector(z, v, 0, 1, 2, 3, 11, 11, 11, 11);
+  } else {
+    v += __builtin_shufflevector(v, z, 1, 8, 3, 8, 5, 8, 7, 8);
+    v += __builtin_shufflevector(v, z, 2, 2, 8, 8, 6, 6, 8, 8);
+    v += __builtin_shufflevector(v, z, 4, 4, 4, 4, 8, 8, 8, 8);
+  }
+#else
+  if (!reverse) {
+    v += __builtin_shufflevector(z, v, 0, 4, 2, 6);
+    v += __builtin_shufflevector(z, v, 0, 1, 5, 5);
+  } else {
+    v += __builtin_shufflevector(v, z, 1, 4, 3, 4);
+    v += __builtin_shufflevector(v, z, 2, 2, 4, 4);
+  }
+#endif
+}
+// acc += v's total (its last lane forward, its first reversed) in every lane.
+DT_INLINE void add_total(scan_vd& acc, const scan_vd& v, bool reverse) {
+#if defined(__AVX512F__)
+  acc += reverse ? __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0) : __builtin_shufflevector(v, v, 7, 7, 7, 7, 7, 7, 7, 7);
+#else
+  acc += reverse ? __builtin_shufflevector(v, v, 0, 0, 0, 0) : __builtin_shufflevector(v, v, 3, 3, 3, 3);
+#endif
+}
+}  // namespace detail
+
+// `out` may be `in` (a scan in place).
+static inline void cumsum_f32_in_double(const float* in, float* out, int64_t n, bool reverse) {
+  using detail::scan_vd;
+  constexpr int W = detail::kScanLanes;
+  scan_vd carry = {};
+  const int64_t whole = n - n % (2 * W);  // elements scanned by vectors
+  for (int64_t i = 0; i < whole; i += 2 * W) {
+    // Forward: elements [i, i + 2W), a then b; reversed: [n - i - 2W, n - i), from the end.
+    const int64_t first = reverse ? n - i - W : i, second = reverse ? n - i - 2 * W : i + W;
+    scan_vd a, b;
+    detail::scan_load(a, in + first);
+    detail::scan_load(b, in + second);
+    detail::prefix_in_vector(a, reverse);
+    detail::prefix_in_vector(b, reverse);
+    scan_vd before_b = carry;  // the total of everything before b
+    detail::add_total(before_b, a, reverse);
+    detail::scan_store(out + first, a + carry);
+    detail::scan_store(out + second, b + before_b);
+    carry = before_b;
+    detail::add_total(carry, b, reverse);
+  }
+  double acc = carry[0];
+  if (!reverse)
+    for (int64_t i = whole; i < n; ++i) out[i] = float(acc += double(in[i]));
+  else
+    for (int64_t i = n - whole - 1; i >= 0; --i) out[i] = float(acc += double(in[i]));
 }
 
 // ---- indices computed by the kernel ------------------------------------------------------------
