@@ -70,6 +70,33 @@ TEST(GeneratedCode, GeneralVariantReadsItsSizes) {
   EXPECT_EQ(one.replace(one.find("k_1031x2053"), 11, "deuteron_softmax"), printed);
 }
 
+// Block products over a whole dim (attention's head dim, matmul_layernorm's N) keep it in one
+// block; a general variant lays the micro-kernel's packed operands out from the call's sizes, so
+// its source is the same at shapes of other D or N and holds none of their numbers.
+TEST(GeneratedCode, GeneralVariantSizesWholeDimProducts) {
+  struct Case {
+    const char* kernel;
+    std::vector<int64_t> a, b;
+    const char* config;
+  };
+  for (const Case& c : {Case{"attention", {1, 2, 261, 263}, {1, 2, 267, 271},
+                             R"({"block_q":32,"block_kv":64,"inner_kv_k":"stream","inner_kv_v":"stream","reduce_r0":512})"},
+                        Case{"attention_causal", {1, 2, 261, 263}, {1, 2, 267, 271},
+                             R"({"block_q":32,"block_kv":64,"inner_kv_k":"stream","inner_kv_v":"stream","reduce_r0":512})"},
+                        Case{"matmul_layernorm", {259, 261, 263}, {265, 269, 271},
+                             R"({"block_m":8,"block_k":32,"inner_k_x":"in_place","inner_k_y":"stream","reduce_r0":512})"}}) {
+    driver::Specialized a = specialize_at(c.kernel, c.a), b = specialize_at(c.kernel, c.b);
+    const config::Config config = config::Config::parse(c.config);
+    backends::AotVariant ga = a.backend->emit_aot(driver::lower(a, driver::complete(a, config)), "k_general", true);
+    backends::AotVariant gb = b.backend->emit_aot(driver::lower(b, driver::complete(b, config)), "k_general", true);
+    EXPECT_EQ(ga.source, gb.source) << c.kernel;
+    for (int64_t n : c.a)  // (the batch and head sizes, 1 and 2, are not told from other numbers)
+      if (n > 2) EXPECT_EQ(ga.source.find(std::to_string(n)), std::string::npos) << c.kernel << ": " << n;
+    EXPECT_NE(ga.source.find("dt::gemm::gemm("), std::string::npos) << c.kernel;
+    EXPECT_EQ(ga.scratch_function, "k_general_scratch_per_thread") << c.kernel;
+  }
+}
+
 // A scan's dim is one block: a general variant takes that block as each call's extent. In f32 the
 // cumsum reads x and writes out0 directly (no fast memory); in bf16 it scans rows in fast memory
 // that the scratch function sizes from the call's row length. Either way the source is the same
