@@ -13,14 +13,16 @@ namespace deuteron::examples {
 namespace {
 
 // The body both variants share. Scores are kept in the log2 domain (q is scaled by
-// log2(e) / sqrt(D) once per query block) so the softmax uses exp2.
+// log2(e) / sqrt(D) once per query block) so the softmax uses exp2. D is counted on the device
+// (hl::count), not taken from the traced shape: a general variant of an ahead-of-time build
+// then scales by the head dim of the call, not of the shape it was generated at.
 template <bool Causal>
 hl::Tensor flash_attention(hl::Tensor q, hl::Tensor k, hl::Tensor v) {
   int64_t b = q.size(0), h = q.size(1), s = q.size(2), d = q.size(3), skv = k.size(2);
   auto out = hl::empty_like(q);
-  const double scale = 1.4426950408889634 / std::sqrt(double(d));
   for (auto [tb, th, tq] : hl::tile({b, h, s}, {"batch", "head", "q"})) {
-    auto qb = q[{tb, th, tq, hl::all}] * scale;
+    auto qb = q[{tb, th, tq, hl::all}];
+    qb = qb * (hl::rsqrt(hl::count(qb, 3)) * 1.4426950408889634);
     auto m_i = hl::full({tb, th, tq}, -INFINITY);
     auto l_i = hl::zeros({tb, th, tq});
     auto acc = hl::zeros({tb, th, tq, d});

@@ -4,8 +4,10 @@
 // the kernel) on softmax, layer_norm, rms_norm and cross_entropy, at small shapes whose outer
 // grid and inner loop both end in a partial block, run
 // under TPU interpret mode (races, out-of-bounds reads and uninitialised memory detected) and
-// checked against the double-precision references. And the VMEM estimate behind the choice.
+// checked against the double-precision references. And the VMEM estimate behind the choice, and
+// general modules (one module for any size) with the strategies that stream.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -235,6 +237,67 @@ TEST(PallasLoops, AttentionVmemOnV7xFollowsTheSequenceLength) {
     EXPECT_EQ(std::get<pallas::Footprint>(single).operands, 2 * 32768 * 256 * 2 + 2 * 2 * 512 * 256 * 2);
   else
     EXPECT_NE(std::string(std::get<ConfigError>(single).what()).find("VMEM"), std::string::npos);
+}
+
+// General modules (ahead-of-time builds: generate's `general`): one module, generated at a probe
+// shape larger than any block, gives the same text at a second probe and runs every size, size 1
+// and sizes no block divides included, with each strategy that streams an inner loop.
+TEST(PallasGeneral, OneModuleRunsEverySize) {
+  using J = config::Json;
+  struct Case {
+    std::string kernel;
+    std::map<std::string, int64_t> blocks;
+    J strategy;
+    std::vector<std::vector<int64_t>> probes, sizes;
+    std::string name;
+  };
+  const std::vector<std::vector<int64_t>> mm = {{1, 1, 1}, {20, 200, 130}};  // M, K, N
+  const std::vector<Case> cases = {
+      {"matmul", kMatmul, J{{"inner_k", "in_place"}, {"buffers_k", 2}}, {{1025, 1027, 1029}, {1027, 1031, 1035}}, mm,
+       "matmul_fori_double"},
+      {"matmul", kMatmul, J{{"inner_k", "in_place"}, {"buffers_k", 1}}, {{1025, 1027, 1029}, {1027, 1031, 1035}}, mm,
+       "matmul_fori_single"},
+      {"matmul", kMatmul, J{{"inner_k", "stream"}}, {{1025, 1027, 1029}, {1027, 1031, 1035}}, mm, "matmul_pipeline"},
+      {"softmax_two_pass", kTwoPass, J{{"inner_n", "in_place"}, {"inner_n_out", "in_place"}}, {{1025, 1027}, {1027, 1031}},
+       {{1, 1}, {13, 300}}, "softmax_two_pass_fori"},
+      // A looped reduction: pl.cdiv(E_r0, 128) blocks unrolled at trace time, the last one short.
+      {"layer_norm", {{"block_rows", 8}, {"reduce_r0", 128}}, J::object(), {{1025, 1027}, {1027, 1031}},
+       {{1, 1}, {13, 300}}, "layer_norm_looped"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const examples::Entry& e = examples::find(c.kernel);
+    std::vector<std::string> sources;
+    for (const std::vector<int64_t>& probe : c.probes) {
+      driver::Specialized s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, e.inputs(probe, DType::f32, 1)), "pallas");
+      config::Config cfg = testing_support::fit(s, c.blocks);
+      for (const auto& [key, value] : c.strategy.items()) cfg.set(key, value);
+      sources.push_back(s.backend->emit_aot(driver::lower(s, cfg), "run", true).source);
+    }
+    ASSERT_EQ(sources[0], sources[1]) << "the general module follows the probe shape";
+    EXPECT_NE(sources[0].find("pl.cdiv(E_"), std::string::npos) << sources[0];
+    auto [path, fresh] = python::cache_module("pallas", c.name + "_general", sources[0]);
+    for (const std::vector<int64_t>& size : c.sizes) {
+      SCOPED_TRACE(fmt::format("size {}", fmt::join(size, "x")));
+      std::vector<Arg> args = e.inputs(size, DType::f32, 7);
+      driver::Specialized s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), "pallas");
+      // The plan at this size only lays out the runner's tensors: the module reads their shapes.
+      const auto& chip = dynamic_cast<const pallas::PallasBackend&>(*s.backend).generation();
+      std::vector<std::string> scalars;
+      for (const ir::ScalarParam& sp : s.ir.scalars) scalars.push_back(pallas::python_name(sp.name));
+      python::ModuleExecutable exe(driver::lower(s, s.space.default_config()), path, sources[0],
+                                   pallas::runner_spec(chip, "interpret"), scalars);
+      driver::Bound b = driver::bind_args(s, args);
+      exe.run(b.tensors, b.scalars);
+      std::vector<Tensor> want = e.reference(args);
+      ASSERT_EQ(b.outputs.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        Tolerance tol = examples::tolerance_for(e, DType::f32);
+        CloseResult close = allclose(b.outputs[i], want[i], tol.rtol, tol.atol);
+        EXPECT_TRUE(close.close) << "max abs error " << close.max_abs_err << " at " << close.worst_index;
+      }
+    }
+  }
 }
 
 }  // namespace

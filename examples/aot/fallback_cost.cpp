@@ -4,7 +4,7 @@
 // milliseconds); printed are the medians per call and the ratio of the medians, with the
 // spread of the per-round ratios.
 //
-//   fallback_cost            (examples/aot/README.md says how the two builds are made)
+//   fallback_cost [KERNEL]   (examples/aot/README.md says how the two builds are made; KERNEL: only its shapes)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -59,9 +59,11 @@ std::vector<float> random_values(size_t n) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  auto wanted = [&](const std::string& kernel) { return argc < 2 || kernel == argv[1]; };
   const int64_t softmax_shapes[][2] = {{500, 1500}, {2048, 300}, {37, 4096}};
   for (const auto& s : softmax_shapes) {
+    if (!wanted("softmax")) break;
     std::vector<float> x = random_values(size_t(s[0] * s[1])), out(x.size());
     compare("softmax " + std::to_string(s[0]) + "x" + std::to_string(s[1]), aot_fallback_softmax_variant(s[0], s[1]),
             aot_tuned_softmax_variant(s[0], s[1]),
@@ -70,6 +72,7 @@ int main() {
   }
   const int64_t matmul_shapes[][3] = {{256, 256, 256}, {100, 500, 60}, {777, 128, 301}};
   for (const auto& s : matmul_shapes) {
+    if (!wanted("matmul")) break;
     std::vector<float> x = random_values(size_t(s[0] * s[1])), y = random_values(size_t(s[1] * s[2])),
                        out(size_t(s[0] * s[2]));
     compare("matmul " + std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]),
@@ -79,12 +82,25 @@ int main() {
   }
   // layer_norm: a general variant since its mean's 1/n is read at run time.
   for (const auto& s : softmax_shapes) {
+    if (!wanted("layer_norm")) break;
     std::vector<float> x = random_values(size_t(s[0] * s[1])), w = random_values(size_t(s[1])),
                        b = random_values(size_t(s[1])), out(x.size());
     compare("layer_norm " + std::to_string(s[0]) + "x" + std::to_string(s[1]), aot_fallback_layer_norm_variant(s[0], s[1]),
             aot_tuned_layer_norm_variant(s[0], s[1]),
             [&] { return aot_fallback_layer_norm(x.data(), w.data(), b.data(), out.data(), 1e-5, s[0], s[1]); },
             [&] { return aot_tuned_layer_norm(x.data(), w.data(), b.data(), out.data(), 1e-5, s[0], s[1]); });
+  }
+  // attention: a general variant since its packed layout over the head dim D is sized at run
+  // time (and 1/sqrt(D) read from it); shapes of other S, D and batch than the built one.
+  const int64_t attention_shapes[][4] = {{1, 8, 200, 64}, {1, 4, 512, 80}, {2, 8, 333, 48}};
+  for (const auto& s : attention_shapes) {
+    if (!wanted("attention")) break;
+    std::vector<float> q = random_values(size_t(s[0] * s[1] * s[2] * s[3])), k = q, v = q, out(q.size());
+    std::string name = "attention " + std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]) +
+                       "x" + std::to_string(s[3]);
+    compare(name, aot_fallback_attention_variant(s[0], s[1], s[2], s[3]), aot_tuned_attention_variant(s[0], s[1], s[2], s[3]),
+            [&] { return aot_fallback_attention(q.data(), k.data(), v.data(), out.data(), s[0], s[1], s[2], s[3]); },
+            [&] { return aot_tuned_attention(q.data(), k.data(), v.data(), out.data(), s[0], s[1], s[2], s[3]); });
   }
   return 0;
 }

@@ -1,10 +1,11 @@
 // A program that uses kernels built ahead of time (`deuteron aot`), with nothing of Deuteron
 // but the header and the library that build wrote. It runs softmax, matmul, the norms (and the
-// rms norm's backward), cross_entropy and cumsum at the shapes the build tuned and at others (the
-// general variants), checks every output against plain loops in double precision, and checks
-// that bad calls fail with a code and a message.
+// rms norm's backward), cross_entropy, cumsum, attention (causal too) and matmul_layernorm at
+// the shapes the build tuned and at others (the general variants), checks every output against
+// plain loops in double precision, and checks that bad calls fail with a code and a message.
 //
-//   deuteron aot softmax,matmul,cross_entropy,layer_norm,rms_norm,rms_norm_bwd,cumsum --shapes shapes.txt --out kernels
+//   deuteron aot softmax,matmul,cross_entropy,layer_norm,rms_norm,rms_norm_bwd,cumsum,attention,attention_causal,matmul_layernorm \
+//       --shapes shapes.txt --out kernels
 //   cmake -S examples/aot -B build-aot -DAOT_DIR=$PWD/kernels && cmake --build build-aot
 //   build-aot/aot_consumer
 #include <cmath>
@@ -211,6 +212,70 @@ void rms_norm_bwd_case(int64_t m, int64_t n, const std::string& want_kind) {
             deuteron_kernels_last_error());
 }
 
+// attention, causal or not, per (batch, head): softmax(q kᵀ / sqrt(D)) v, row by row.
+void attention_case(bool causal, int64_t b, int64_t h, int64_t s, int64_t d, const std::string& want_kind) {
+  size_t n = size_t(b * h * s * d);
+  std::vector<float> q = random_values(n, 13), k = random_values(n, 14), v = random_values(n, 15), out(n, NAN);
+  std::string kind = kind_of(causal ? deuteron_kernels_attention_causal_variant(b, h, s, d)
+                                    : deuteron_kernels_attention_variant(b, h, s, d));
+  int rc = causal ? deuteron_kernels_attention_causal(q.data(), k.data(), v.data(), out.data(), b, h, s, d)
+                  : deuteron_kernels_attention(q.data(), k.data(), v.data(), out.data(), b, h, s, d);
+  std::vector<double> want(n), p(static_cast<size_t>(s));
+  for (int64_t g = 0; g < b * h; ++g)
+    for (int64_t i = 0; i < s; ++i) {
+      const float* qi = q.data() + (g * s + i) * d;
+      int64_t keys = causal ? i + 1 : s;
+      double mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < keys; ++j) {
+        const float* kj = k.data() + (g * s + j) * d;
+        double score = 0;
+        for (int64_t c = 0; c < d; ++c) score += double(qi[c]) * kj[c];
+        p[size_t(j)] = score / std::sqrt(double(d));
+        mx = std::fmax(mx, p[size_t(j)]);
+      }
+      for (int64_t j = 0; j < keys; ++j) sum += (p[size_t(j)] = std::exp(p[size_t(j)] - mx));
+      for (int64_t c = 0; c < d; ++c) {
+        double o = 0;
+        for (int64_t j = 0; j < keys; ++j) o += p[size_t(j)] * v[size_t((g * s + j) * d + c)];
+        want[size_t((g * s + i) * d + c)] = o / sum;
+      }
+    }
+  // f32 sums of d products (the scores) and of s terms (the outputs).
+  double worst = worst_error(out, want, 1e-6 * (1 + std::sqrt(double(d + s))), 1e-6);
+  check(rc == DEUTERON_KERNELS_OK && kind == want_kind && worst <= 1,
+        std::string(causal ? "attention_causal " : "attention ") + std::to_string(b) + "x" + std::to_string(h) + "x" +
+            std::to_string(s) + "x" + std::to_string(d) + " (" + kind + " variant, wanted " + want_kind + "): rc " +
+            std::to_string(rc) + ", worst error " + std::to_string(worst) + " of the tolerance " +
+            deuteron_kernels_last_error());
+}
+
+// matmul_layernorm: layer_norm(x @ y) over N (biased variance, eps 1e-5), with weight and bias.
+void matmul_layernorm_case(int64_t m, int64_t k, int64_t n, const std::string& want_kind) {
+  std::vector<float> x = random_values(size_t(m * k), 16), y = random_values(size_t(k * n), 17),
+                     w = random_values(size_t(n), 18), b = random_values(size_t(n), 19), out(size_t(m * n), NAN);
+  std::string kind = kind_of(deuteron_kernels_matmul_layernorm_variant(m, k, n));
+  int rc = deuteron_kernels_matmul_layernorm(x.data(), y.data(), w.data(), b.data(), out.data(), m, k, n);
+  std::vector<double> want(size_t(m * n)), row(static_cast<size_t>(n));
+  for (int64_t i = 0; i < m; ++i) {
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      row[size_t(j)] = 0;
+      for (int64_t p = 0; p < k; ++p) row[size_t(j)] += double(x[size_t(i * k + p)]) * y[size_t(p * n + j)];
+      mean += row[size_t(j)];
+    }
+    mean /= double(n);
+    for (int64_t j = 0; j < n; ++j) var += (row[size_t(j)] - mean) * (row[size_t(j)] - mean);
+    double rstd = 1 / std::sqrt(var / double(n) + 1e-5);
+    for (int64_t j = 0; j < n; ++j) want[size_t(i * n + j)] = (row[size_t(j)] - mean) * rstd * w[size_t(j)] + b[size_t(j)];
+  }
+  // f32 sums of k products, then normalised by the row's spread (N = 1: out = bias exactly).
+  double worst = worst_error(out, want, 1e-5 * (1 + std::sqrt(double(k))), 1e-5);
+  check(rc == DEUTERON_KERNELS_OK && kind == want_kind && worst <= 1,
+        "matmul_layernorm " + std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) + " (" + kind +
+            " variant, wanted " + want_kind + "): rc " + std::to_string(rc) + ", worst error " + std::to_string(worst) +
+            " of the tolerance " + deuteron_kernels_last_error());
+}
+
 // cumsum: inclusive prefix sums along each row. The cpu target adds in double and rounds each
 // result once to f32, so it is within an f32 ulp of the double sum (f32 accumulation over a
 // 5000-element row would not be).
@@ -304,6 +369,21 @@ int main() {
   cumsum_case(7, 1, "general");
   cumsum_case(3, 5001, "general");
   cumsum_case(130, 33, "general");
+  // Block products over a whole dim (attention's head dim D, matmul_layernorm's N): the general
+  // variants size the micro-kernel's packed layout from the call's sizes, and attention's
+  // 1/sqrt(D) is the call's D (S, D and N of 1, and sizes no block divides).
+  for (bool causal : {false, true}) {
+    attention_case(causal, 2, 3, 64, 32, "tuned");
+    attention_case(causal, 1, 1, 1, 1, "general");
+    attention_case(causal, 2, 3, 37, 40, "general");
+    attention_case(causal, 1, 2, 130, 1, "general");
+    attention_case(causal, 1, 1, 70, 100, "general");
+  }
+  matmul_layernorm_case(64, 32, 64, "tuned");
+  matmul_layernorm_case(1, 1, 1, "general");
+  matmul_layernorm_case(37, 5, 100, "general");
+  matmul_layernorm_case(130, 67, 1, "general");
+  matmul_layernorm_case(3, 200, 130, "general");
   bad_calls();
   std::printf("%s: %d failure%s\n", failures ? "FAILED" : "passed", failures, failures == 1 ? "" : "s");
   return failures ? 1 : 0;

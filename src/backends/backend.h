@@ -150,6 +150,10 @@ class Backend {
       throw ConfigError(fmt::format("the {} target has no general variants: its code is made for one shape", name()));
     return {emit(p), "run", 0, 1, {}, {}};
   }
+  // Whether a general variant keeps a block that covered its whole dim at the tuned shape as
+  // the call's whole dim (its fast memory then follows the size), rather than looping the dim
+  // in blocks (the default: nothing sized by the shape in fast memory).
+  virtual bool aot_keeps_whole_dims() const { return false; }
   // Files the variants of an ahead-of-time build include, {name, contents}.
   virtual std::vector<std::pair<std::string, std::string>> aot_support_files() const { return {}; }
   virtual std::unique_ptr<Executable> compile(const plan::Plan& p) const = 0;

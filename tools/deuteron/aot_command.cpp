@@ -142,26 +142,59 @@ aot::Size size_of(int64_t at_a, int64_t at_b, const std::vector<int64_t>& a, con
   return {-2, 0};  // follows no single parameter
 }
 
+// The whole dims a block product reads (an operand's or its result's): the plan keeps each in
+// one block, so a general variant does too, its packed layout sized from the call's sizes.
+std::set<int> dot_whole_dims(const ir::Kernel& k) {
+  std::set<int> out;
+  for (const ir::Op& op : k.ops) {
+    if (op.kind != ir::OpKind::Dot) continue;
+    for (ir::ValueId v : {op.inputs[0], op.inputs[1], op.result})
+      for (int d : k.value(v).dims)
+        if (d != ir::kOne && k.axes[size_t(d)].kind == ir::AxisKind::Reduction) out.insert(d);
+  }
+  return out;
+}
+
 // A config that is legal for any size, made from a tuned one: operands stream instead of
 // staying resident, and whole-dim reductions loop over blocks (keeping nothing the size of a
-// dim in fast memory). The space is the probe shape's, so every size in it is below the dims.
+// dim in fast memory), except those a block product reads, which stay one block (the largest
+// the space offers, above the probe's dim; the general variant's block is the call's dim). The
+// space is the probe shape's, so every size in it is below the dims.
 // A whole dim whose space offers no block below it (a scan's dim: one block) stays whole: its
 // block is left out of the config, so that each shape completes it to its own extent, and a
 // general variant reads it at run time (fast memory sized from the call's sizes).
-config::Config generalize(const driver::Specialized& probe, config::Config c) {
+// A target that keeps whole dims (Backend::aot_keeps_whole_dims) instead gets each reduction
+// block that covered its dim at the tuned shape (`tuned`) as the probe space's largest, which
+// covers the probe's dim too (the call's whole dim), and its tiled blocks raised to what its
+// rules allow at the probe shape (Backend::adjust_default), so at any size.
+config::Config generalize(const driver::Specialized& probe, config::Config c, const driver::Specialized& tuned) {
+  bool keep_whole = probe.backend->aot_keeps_whole_dims();
+  std::set<int> dot_whole = dot_whole_dims(probe.ir);
   std::vector<std::string> whole;
   for (const config::Tunable& t : probe.space.tunables()) {
     if (!c.has(t.name) || c.values().at(t.name) != config::keys::kResident) continue;
     bool streams = std::find(t.values.begin(), t.values.end(), config::keys::kStream) != t.values.end();
     c.set(t.name, streams ? config::keys::kStream : config::keys::kInPlace);
   }
-  for (const ir::Axis& ax : probe.ir.axes) {
+  for (size_t a = 0; a < probe.ir.axes.size(); ++a) {
+    const ir::Axis& ax = probe.ir.axes[a];
     if (ax.kind == ir::AxisKind::Tile || ax.block_param < 0) continue;
     const std::string& name = probe.ir.block_params[size_t(ax.block_param)].name;
     const config::Tunable* t = probe.space.find(name);
     if (!t) continue;
+    int64_t largest = -1;  // the space's largest block: it covers the probe's whole dim
+    for (const auto& v : t->values)
+      if (v.is_number_integer()) largest = std::max(largest, v.get<int64_t>());
+    if (dot_whole.count(int(a))) {
+      if (largest >= ax.extent) c.set(name, largest);
+      continue;
+    }
     // The largest block below the dim and at most the tuned one, else the smallest below the dim.
     int64_t now = c.has(name) ? c.integer(name) : probe.space.default_config().integer(name), pick = -1, least = -1;
+    if (keep_whole && a < tuned.ir.axes.size() && now >= tuned.ir.axes[a].extent && largest >= ax.extent) {
+      c.set(name, largest);
+      continue;
+    }
     for (const auto& v : t->values) {
       if (!v.is_number_integer() || v.get<int64_t>() >= ax.extent) continue;
       int64_t b = v.get<int64_t>();
@@ -172,8 +205,49 @@ config::Config generalize(const driver::Specialized& probe, config::Config c) {
     else c.erase(name), whole.push_back(name);
   }
   config::Config g = driver::complete(probe, c);
+  if (keep_whole) {  // the tiled blocks only: the reductions' are chosen above
+    config::Config raised = probe.backend->adjust_default(probe.space, g, probe.ir);
+    for (const ir::BlockParam& bp : probe.ir.block_params)
+      if (!bp.reduction && raised.has(bp.name)) g.set(bp.name, raised.values().at(bp.name));
+  }
   for (const std::string& name : whole) g.erase(name);
   return g;
+}
+
+// The block parameters of the whole dims a block product reads (dot_whole_dims).
+std::set<std::string> whole_block_params(const ir::Kernel& k) {
+  std::set<std::string> out;
+  for (int a : dot_whole_dims(k))
+    if (k.axes[size_t(a)].block_param >= 0) out.insert(k.block_params[size_t(k.axes[size_t(a)].block_param)].name);
+  return out;
+}
+
+// A general variant's fast memory follows the call's whole dims, so its blocks are made to fit
+// where it will mostly run: near the tuned shape it comes from (not at the probe shapes, whose
+// whole dims are longer than any tuned shape's). While the generalised config, with the tuned
+// shape's whole-dim blocks, needs more fast memory there than the target has, its largest tile
+// block is halved.
+config::Config fit_near(const driver::Specialized& tuned, const config::Config& tuned_config, config::Config g) {
+  std::set<std::string> whole = whole_block_params(tuned.ir);
+  for (;;) {
+    config::Config here = g;
+    for (const std::string& name : whole)
+      if (tuned_config.has(name)) here.set(name, tuned_config.integer(name));
+    try {
+      driver::lower(tuned, here);
+      return g;
+    } catch (const ConfigError& e) {
+      if (e.message().find("of fast memory per thread") == std::string::npos) return g;  // the probes say why
+      std::string largest;
+      for (const ir::Axis& ax : tuned.ir.axes) {
+        if (ax.kind != ir::AxisKind::Tile || ax.block_param < 0) continue;
+        const std::string& name = tuned.ir.block_params[size_t(ax.block_param)].name;
+        if (g.has(name) && g.integer(name) > 1 && (largest.empty() || g.integer(name) > g.integer(largest))) largest = name;
+      }
+      if (largest.empty()) return g;
+      g.set(largest, g.integer(largest) / 2);
+    }
+  }
 }
 
 // The first line where two sources differ, for the reason a kernel has no general variant.
@@ -245,9 +319,10 @@ aot::Kernel plan_kernel(const examples::Entry& e, const std::vector<std::vector<
       k.no_general = fmt::format("the extent of its axis {} follows no single shape parameter", sa.ir.axes[a].name);
   }
 
+  std::vector<driver::Specialized> at_tuned;  // per tuned shape
   for (const std::vector<int64_t>& shape : shapes) {
     std::vector<Arg> args = e.inputs(shape, dt, 1);
-    driver::Specialized s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), o.target);
+    driver::Specialized& s = at_tuned.emplace_back(driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), o.target));
     std::string origin;
     config::Config c = tuned_config(e, s, args, o, &origin);
     std::string entry = fmt::format("{}_{}_{}", o.name, k.ident, shape_text(shape));
@@ -261,15 +336,20 @@ aot::Kernel plan_kernel(const examples::Entry& e, const std::vector<std::vector<
   // nearest an unbuilt one (aot_writer.cpp: log-size distance) picks which.
   if (!k.no_general.empty()) return k;
   std::string ext = backend.aot_language() == "c++" ? "cpp" : "py";
+  // At the probes the fast memory is not checked: fit_near checked it where the variant runs.
+  driver::Specialized ua = sa, ub = sb;
+  ua.limits.fast_memory_bytes = ub.limits.fast_memory_bytes = int64_t(1) << 50;
   for (aot::Variant& t : k.tuned) {
     try {
-      config::Config g = generalize(sa, config::Config::parse(t.config));
+      const driver::Specialized& near = at_tuned[size_t(&t - k.tuned.data())];
+      config::Config tuned = config::Config::parse(t.config);
+      config::Config g = fit_near(near, tuned, generalize(sa, tuned, near));
       for (size_t i = 0; i < k.general.size(); ++i)
         if (k.general[i].config == g.dump()) t.general = int(i);
       if (t.general >= 0) continue;
       std::string entry = fmt::format("{}_{}_general{}", o.name, k.ident, k.general.size());
-      backends::AotVariant at_a = backend.emit_aot(driver::lower(sa, driver::complete(sa, g)), entry, true);
-      backends::AotVariant at_b = backend.emit_aot(driver::lower(sb, driver::complete(sb, g)), entry, true);
+      backends::AotVariant at_a = backend.emit_aot(driver::lower(ua, driver::complete(ua, g)), entry, true);
+      backends::AotVariant at_b = backend.emit_aot(driver::lower(ub, driver::complete(ub, g)), entry, true);
       // Whatever still follows the shape shows as a difference between the two: then this
       // config has no general variant.
       if (at_a.source != at_b.source || at_a.scratch_per_thread != at_b.scratch_per_thread || at_a.threads != at_b.threads)

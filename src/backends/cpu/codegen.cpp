@@ -450,6 +450,18 @@ class Generator {
       return fmt::format("{}", fmt::join(f, " * "));
     }
   };
+  // Bytes of a value's element in fast memory (bf16, f16 and i32 are computed as 32-bit).
+  static int64_t element_bytes(DType t) { return t == DType::i64 ? 8 : t == DType::boolean ? 1 : 4; }
+  static Count product(Count a, const Count& b) {
+    a.n *= b.n;
+    a.dims.insert(a.dims.end(), b.dims.begin(), b.dims.end());
+    return a;
+  }
+  // Rounded up to a multiple of `to` (a packed panel's rows or columns).
+  static Count rounded_up(const Count& c, int64_t to) {
+    if (c.dims.empty()) return {(c.n + to - 1) / to * to, {}};
+    return {1, {fmt::format("(({} + {}) / {} * {})", c.text(), to - 1, to, to)}};
+  }
   struct Bytes {
     int64_t fixed = 0;
     std::vector<std::string> terms;
@@ -474,11 +486,25 @@ class Generator {
   Count value_count(ir::ValueId v) const {
     Count c;
     for (int d : k_.value(v).dims)
-      if (d != ir::kOne) {
-        Count x = storage_count(v, d);
-        c.n *= x.n;
-        c.dims.insert(c.dims.end(), x.dims.begin(), x.dims.end());
-      }
+      if (d != ir::kOne) c = product(c, storage_count(v, d));
+    return c;
+  }
+  // Bytes of a staged operand's copy: its block, as many times as it has buffers; in the
+  // micro-kernel's packed layout for a dot's operand. A general variant sizes a whole dim's
+  // block from the call's sizes.
+  Count staged_bytes(const plan::BlockSpec& s) const {
+    const Staging& st = p_.staging_of(s);
+    ir::ValueId v = k_.ops[size_t(s.op)].result;
+    Count c;
+    if (st.dot >= 0) {
+      ir::ValueId operand = k_.ops[size_t(st.dot)].inputs[size_t(st.dot_operand)];
+      const auto& od = k_.value(operand).dims;
+      c = product(slab2d(operand, st.dot_operand), {4, {}});
+      for (size_t i = 0; i + 2 < od.size(); ++i) c = product(c, extent_count(od[i]));
+    } else {
+      c = product(value_count(v), {element_bytes(k_.value(v).dtype), {}});
+    }
+    if (s.placement == plan::Placement::Staged) c.n *= s.buffers;
     return c;
   }
 
@@ -497,16 +523,13 @@ class Generator {
     for (size_t v = 0; v < k_.values.size(); ++v) {
       if (!p_.materialized[v] || alias_.count(int(v)) || unstored_.count(int(v))) continue;
       const ir::Value& val = k_.values[v];
-      Count bytes = value_count(int(v));
-      bytes.n *= int64_t(val.dtype == DType::i64 ? 8 : val.dtype == DType::boolean ? 1 : 4);
+      Count bytes = product(value_count(int(v)), {element_bytes(val.dtype), {}});
       const plan::BlockSpec* spec = staged_spec(int(v));
-      if (spec && !bytes.dims.empty())
-        throw ConfigError(fmt::format("kernel '{}': a general variant (any sizes) cannot stage a block spanning a whole "
-                                      "dim into fast memory ({})", k_.name, k_.tensors[size_t(spec->tensor)].name),
-                          "", "read it in place");
       out.push_back({int(v), nullptr, 0, at.text()});
       // Staged operands count their prefetched blocks in the budget; those live in the cache.
-      if (spec) bytes.n = std::max(bytes.n, p_.staging_of(*spec).fast_bytes);
+      // (Only a general variant's arrays have dims sized at run time.)
+      if (spec && !bytes.dims.empty()) bytes = staged_bytes(*spec);
+      else if (spec) bytes.n = std::max(bytes.n, p_.staging_of(*spec).fast_bytes);
       at.add_lines(bytes);
     }
     for (const Gemm& d : p_.gemms)
@@ -514,7 +537,7 @@ class Generator {
         const GemmOperand& x = r == 0 ? d.a : d.b;
         if (!x.pack_elements) continue;
         out.push_back({-1, &d, r, at.text()});
-        at.add_lines({x.pack_elements * 4, {}});
+        at.add_lines(product(slab2d(x.value, r), {4, {}}));  // x.pack_elements floats, at this call's sizes
       }
     for (const StreamedStore& st : p_.streamed) {
       Count bytes;  // a row of the axis' block, or of the whole dim a general variant reads
@@ -555,7 +578,9 @@ class Generator {
       std::string what = !spec ? "" : spec->placement == plan::Placement::Resident
                                           ? ", resident operand"
                                           : fmt::format(", staged operand, {} blocks ahead", spec->buffers - 1);
-      line(fmt::format("{}* const m{} = reinterpret_cast<{}*>({});  // {} [{}]{}", ctype(val.dtype), v, ctype(val.dtype),
+      // Booleans are kept as bytes: GCC does not vectorise loads of `bool` (no vector type).
+      const char* elem = val.dtype == DType::boolean ? "uint8_t" : ctype(val.dtype);
+      line(fmt::format("{}* const m{} = reinterpret_cast<{}*>({});  // {} [{}]{}", elem, v, elem,
                        at_index("fast", slot.offset), at_value(v), fmt::join(dims, " x "), what));
     }
     for (const plan::BlockSpec& s : p_.operands)
@@ -759,7 +784,9 @@ class Generator {
       case OpKind::TileEnd: e = fmt::format("(o_{} + n_{})", axis(op.axis), axis(op.axis)); break;
       case OpKind::TileSize: e = fmt::format("B_{}", axis(op.axis)); break;
       case OpKind::Cast: e = convert(in(0), k_.value(op.inputs[0]).dtype, r.dtype); break;
-      case OpKind::Where: e = fmt::format("({} ? {} : {})", in(0), in_as(1, r.dtype), in_as(2, r.dtype)); break;
+      case OpKind::Where:
+        e = fmt::format("dt::where<{}>({}, {}, {})", ctype(r.dtype), in(0), in_as(1, r.dtype), in_as(2, r.dtype));
+        break;
       case OpKind::Unary:
         e = unary(op, in_as(0, ir::operand_dtype(op.unary, k_.value(op.inputs[0]).dtype)), r.dtype,
                   ir::nonpositive(k_, op.inputs[0]));
@@ -1383,16 +1410,16 @@ class Generator {
     return t == DType::bf16 ? "dt::gemm::BF16" : t == DType::f16 ? "dt::gemm::F16" : "dt::gemm::F32";
   }
   std::string count(int a) const { return a == ir::kOne ? "1" : "n_" + axis(a); }
-  int64_t extent_of(int a) const {
-    if (a != ir::kOne && runtime_whole(a)) refuse_whole_dot(a);
-    return a == ir::kOne ? 1 : p_.storage_extent(a);
+  // A dot operand's extent along an axis (its block, or a whole dim): a number, or in a general
+  // variant a whole dim's E_<axis>, so the packed layout follows the call's sizes.
+  Count extent_count(int a) const {
+    if (a != ir::kOne && runtime_whole(a)) {
+      if (!p_.persistent[size_t(a)]) throw std::logic_error("codegen: a dot over a looped dim");  // the plan refuses it
+      return {1, {"E_" + axis(a)}};
+    }
+    return {a == ir::kOne ? 1 : p_.storage_extent(a), {}};
   }
-  [[noreturn]] void refuse_whole_dot(int a) const {
-    throw ConfigError(fmt::format("kernel '{}': a general variant (any sizes) cannot multiply blocks spanning the whole "
-                                  "dim {}: the micro-kernel's packed layout is sized by it",
-                                  k_.name, axis(a)),
-                      "", "build this kernel's shapes one by one");
-  }
+  std::string extent_of(int a) const { return extent_count(a).text(); }
   // Elements between neighbours along `axis` in a tensor read by `op` (0 if it does not vary).
   std::string tensor_stride(const ir::Op& op, int a) const {
     int64_t st = 0;
@@ -1406,17 +1433,16 @@ class Generator {
     return named.size() == 1 ? named[0] : fmt::format("({})", fmt::join(named, " + "));
   }
   // The same for a value's array in fast memory.
-  int64_t storage_stride(ir::ValueId v, int a) const {
+  std::string storage_stride(ir::ValueId v, int a) const {
     ir::ValueId sv = storage_value(v);
-    int64_t st = 1;
+    Count st;
     const auto& dims = k_.value(sv).dims;
     for (size_t i = dims.size(); i-- > 0;) {
       if (dims[i] == ir::kOne) continue;
-      if (dims[i] == a) return st;
-      if (runtime_whole(dims[i])) refuse_whole_dot(dims[i]);
-      st *= storage_extent(sv, dims[i]);
+      if (dims[i] == a) return st.text();
+      st = product(st, storage_count(sv, dims[i]));
     }
-    return 0;
+    return "0";
   }
   // Where an operand's data starts at the current position, its rows and cols at 0.
   struct Src {
@@ -1435,16 +1461,17 @@ class Generator {
     for (int a : {rows, cols})
       if (a != ir::kOne) ivar_[a] = "0";
     Src s{at_index(fmt::format("m{}", storage_value(v)), storage_index(v)), "dt::gemm::F32",
-          std::to_string(storage_stride(v, rows)), std::to_string(storage_stride(v, cols))};
+          storage_stride(v, rows), storage_stride(v, cols)};
     ivar_.clear();
     return s;
   }
-  // Floats of one packed 2-D slab of operand r (0 = a, 1 = b) of value `operand`.
-  int64_t slab2d(ir::ValueId operand, int r) const {
+  // Floats of one packed 2-D slab of operand r (0 = a, 1 = b) of value `operand`: A in panels of
+  // kDotMR rows, B in panels of kDotNR columns (packed_a_elements, packed_b_elements).
+  Count slab2d(ir::ValueId operand, int r) const {
     const auto& d = k_.value(operand).dims;
     int rows = d[d.size() - 2], cols = d.back();
-    return r == 0 ? packed_a_elements(extent_of(rows), extent_of(cols))
-                  : packed_b_elements(extent_of(rows), extent_of(cols));
+    return r == 0 ? product(rounded_up(extent_count(rows), kDotMR), extent_count(cols))
+                  : product(extent_count(rows), rounded_up(extent_count(cols), kDotNR));
   }
   // Packs operand r's block (at the current position, batch dims at i_*) into `dst`; `pairs`:
   // as bf16 pairs where the CPU multiplies them (pack_*_pairs).
@@ -1452,7 +1479,7 @@ class Generator {
     const auto& d = k_.value(operand).dims;
     int rows = d[d.size() - 2], cols = d.back();
     Src src = tensor_src(load, rows, cols);
-    int64_t kstride = extent_of(r == 0 ? cols : rows);
+    std::string kstride = extent_of(r == 0 ? cols : rows);
     line(fmt::format("dt::gemm::pack_{}{}<{}>({}, {}, {}, {}, {}, {}, {});", r == 0 ? "a" : "b", pairs ? "_pairs" : "",
                      src.elem, src.ptr, src.rs, src.cs, count(rows), count(cols), kstride, dst));
   }
@@ -1513,7 +1540,7 @@ class Generator {
       if (od[i] != ir::kOne) batch.push_back(od[i]);
     open_nest(batch, "", [](size_t) {});
     std::string b = batch_slab(operand);
-    pack_call(load, operand, st.dot_operand, b.empty() ? dst : fmt::format("{} + ({}) * {}", dst, b, slab2d(operand, st.dot_operand)),
+    pack_call(load, operand, st.dot_operand, b.empty() ? dst : fmt::format("{} + ({}) * {}", dst, b, slab2d(operand, st.dot_operand).text()),
               p_.gemm_for_op(st.dot)->bf16_pairs);
     close_nest(batch, [](size_t) {});
     if (blocks) {
@@ -1561,7 +1588,7 @@ class Generator {
       const GemmOperand& o = x == 0 ? d.a : d.b;
       const auto& od = k_.value(o.value).dims;
       int rows = od[od.size() - 2], cols = od.back();
-      int64_t kstride = extent_of(x == 0 ? cols : rows);
+      std::string kstride = extent_of(x == 0 ? cols : rows);
       const char* role = x == 0 ? "a" : "b";
       if (o.read == DotRead::Packed) {
         const plan::BlockSpec* s = p_.spec_for_op(o.load_op);
@@ -1572,7 +1599,7 @@ class Generator {
             ptr += fmt::format(" + o_{0} / B_{0} * {1}", axis(la), p_.staging_of(*s).slab_elements);
         }
         std::string b = batch_slab(o.value);
-        if (!b.empty()) ptr += fmt::format(" + ({}) * {}", b, slab2d(o.value, x));
+        if (!b.empty()) ptr += fmt::format(" + ({}) * {}", b, slab2d(o.value, x).text());
         views[x] = fmt::format("dt::gemm::{}_packed{}({}, {})", role, d.bf16_pairs ? "_pairs" : "", ptr, kstride);
       } else if (o.read == DotRead::PackInGroup) {
         std::string buf = fmt::format("pack{}_{}", d.op, role);
@@ -1598,7 +1625,7 @@ class Generator {
     line(fmt::format("dt::gemm::gemm({}, {}, {},", count(m), count(n), count(kx)));
     line(fmt::format("               {},", views[0]));
     line(fmt::format("               {},", views[1]));
-    line(fmt::format("               {}, {}, {});", c, m == ir::kOne ? 0 : storage_stride(r, m), accumulate ? "true" : "false"));
+    line(fmt::format("               {}, {}, {});", c, m == ir::kOne ? "0" : storage_stride(r, m), accumulate ? "true" : "false"));
     close_nest(batch, [](size_t) {});
     --indent_;
     line("}");

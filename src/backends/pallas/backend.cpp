@@ -202,6 +202,11 @@ std::string PallasBackend::describe(const plan::Plan& p) const { return pallas::
 
 std::string PallasBackend::emit(const plan::Plan& p) const { return generate(p, generation()); }
 
+backends::AotVariant PallasBackend::emit_aot(const plan::Plan& p, const std::string& entry, bool general) const {
+  (void)entry;
+  return {generate(p, generation(), general), "run", 0, 1, {}, {}};
+}
+
 std::unique_ptr<backends::Executable> PallasBackend::compile(const plan::Plan& p) const {
   std::string source = generate(p, generation());
   if (std::string problem = environment_problem(); !problem.empty())

@@ -52,7 +52,12 @@ class PallasBackend : public backends::Backend {
   // of jax.devices() (once per process).
   Device device() const;
   std::string emit(const plan::Plan& p) const override;
+  // A general variant is a module for any sizes (generate's `general`).
+  backends::AotVariant emit_aot(const plan::Plan& p, const std::string& entry, bool general) const override;
   std::string aot_language() const override { return "python"; }  // its modules, for deploying
+  // A whole-dim block is legal on a TPU at any size (and a looped reduction's blocks hold the
+  // whole dim anyway): general modules keep whole dims whole.
+  bool aot_keeps_whole_dims() const override { return true; }
   // Writes the module to the on-disk cache (cache_root()/pallas) and returns an executable
   // that runs it through the runner in a subprocess. Throws CompileError when the Python
   // environment is missing.

@@ -25,7 +25,7 @@ using ir::OpKind;
 // ---- Python text helpers ----------------------------------------------------------------------
 
 // Names a generated identifier must not take besides Python's keywords: the module's own.
-const std::set<std::string> kModuleNames = {"jax", "jnp", "pl", "pltpu", "functools", "run", "interpret", "INTERPRET", "kernel"};
+const std::set<std::string> kModuleNames = {"jax", "jnp", "pl", "pltpu", "functools", "run", "interpret", "INTERPRET", "kernel", "sizes"};
 
 std::string py_name(const std::string& s) { return python::identifier(s, kModuleNames); }
 
@@ -190,6 +190,7 @@ struct Operand {
   // to whole (8, 128) tiles, which a TPU's tiled HBM layout holds but the interpreter's
   // bounds check (against the logical shape) does not: those are padded in interpret mode.
   std::vector<int64_t> padded;
+  std::vector<std::string> padded_text;  // a general module's: per dim, the padded size as an expression
   bool pad_on_tpu = false;
 };
 
@@ -240,14 +241,16 @@ bool gathers(const ir::Op& op);
 
 class Analysis {
  public:
-  Analysis(const plan::Plan& p, const TpuGeneration& chip)
-      : p(p), k(p.kernel), chip(chip), block(p.block), partial(p.partial) {
+  // general: a module for any sizes (ahead-of-time builds), see generate().
+  Analysis(const plan::Plan& p, const TpuGeneration& chip, bool general = false)
+      : p(p), k(p.kernel), chip(chip), general(general), block(p.block), partial(p.partial) {
     run();
   }
 
   const plan::Plan& p;
   const ir::Kernel& k;
   const TpuGeneration& chip;
+  const bool general;
   int grid_loop = -1;
   const std::vector<int64_t>& block;  // per axis: the plan's block (refined by fit_blocks)
   const std::vector<bool>& partial;   // per axis: the plan's ragged edges
@@ -301,6 +304,45 @@ class Analysis {
     return int(std::find(p.grid_axes.begin(), p.grid_axes.end(), axis) - p.grid_axes.begin());
   }
 
+  // ---- sizes: numbers, or in a general module the call's ----
+  // A general module is generated at a probe shape whose sizes are larger than any block and
+  // ragged (tools/deuteron/aot_command.cpp), so a block that equals its axis' extent there is
+  // the whole dim at any size, and any other block leaves a partial last block at some size.
+
+  // Whether axis a's extent is the call's in a general module (E_<axis>): all but fixed axes.
+  bool sized_at_call(int a) const { return general && k.axes[size_t(a)].kind != ir::AxisKind::Fixed; }
+  // Axis a's block covers its whole dim (in a general module: the call's whole dim, BLOCK_<AXIS> = E_<axis>).
+  bool whole(int a) const { return block[size_t(a)] >= k.axes[size_t(a)].extent; }
+  bool whole_at_call(int a) const { return sized_at_call(a) && whole(a); }
+  // The last block along tiled axis a may be partial.
+  bool ragged(int a) const {
+    return partial[size_t(a)] ||
+           (general && k.axes[size_t(a)].kind == ir::AxisKind::Tile && !whole(a) && block[size_t(a)] > 1);
+  }
+  // Grid position i runs one step: the whole dim in one block.
+  bool single_step(size_t i) const { return general ? whole(p.grid_axes[i]) : p.grid_blocks[i] <= 1; }
+  // The size axis a's extent is: the first axis of that extent (axes of one extent follow one
+  // shape parameter at the probe shape, so share one name, E_<first axis>).
+  int size_axis(int a) const {
+    for (int b = 0; b < a; ++b)
+      if (sized_at_call(b) && k.axes[size_t(b)].extent == k.axes[size_t(a)].extent) return b;
+    return a;
+  }
+  std::string extent_text(int a) const {
+    return sized_at_call(a) ? "E_" + py_name(k.axes[size_t(size_axis(a))].name) : fmt::format("{}", k.axes[size_t(a)].extent);
+  }
+  // The size dim d of tensor t is (a size_axis), or -1: a number.
+  int dim_axis(int t, size_t d) const {
+    if (!general) return -1;
+    for (size_t a = 0; a < k.axes.size(); ++a)
+      if (sized_at_call(int(a)) && k.axes[a].extent == k.tensors[size_t(t)].shape[d]) return int(a);
+    return -1;
+  }
+  std::string dim_text(int t, size_t d) const {
+    int a = dim_axis(t, d);
+    return a >= 0 ? extent_text(a) : fmt::format("{}", k.tensors[size_t(t)].shape[d]);
+  }
+
  private:
   [[noreturn]] void unsupported(const std::string& construct, const std::string& detail,
                                 const std::string& at, const std::string& hint = "") const {
@@ -339,6 +381,36 @@ class Analysis {
     check_integer_ranges();
     // Constructs first (CompileError: no config helps), then what the config got wrong.
     if (config_problem) throw *config_problem;
+    if (general) check_general();
+  }
+
+  // What a general module cannot follow at run time yet: ConfigError (aot_command.cpp then
+  // builds no general module, saying why).
+  void check_general() const {
+    auto refuse = [&](const std::string& what, const std::string& at) {
+      throw ConfigError(fmt::format("pallas: a general module (any sizes) cannot {}", what), at,
+                        "build this kernel's shapes one by one (each has its module)");
+    };
+    const ir::Loop& grid = k.grid_loop();
+    for (size_t i = 0; i < grid.axes.size(); ++i)
+      if (grid.begin[i].constant != 0 || grid.end[i].constant != k.axes[size_t(grid.axes[i])].extent)
+        refuse("run a grid over part of a dim", format_location(grid.loc));
+    for (const Inner& in : inner) {
+      if (in.kind == LoopKind::Unroll)
+        refuse(fmt::format("keep an inner loop's operands resident (its VMEM and its unrolled trips follow the "
+                           "size of {})", k.axes[size_t(in.axis)].name),
+               format_location(k.loops[size_t(in.loop)].loc));
+      if (in.begin != 0) refuse("start an inner loop at a constant other than 0", format_location(k.loops[size_t(in.loop)].loc));
+    }
+    // Its sizes come from the inputs' shapes: every axis' extent must be a dim of an input.
+    for (size_t a = 0; a < k.axes.size(); ++a) {
+      if (!sized_at_call(int(a)) || size_axis(int(a)) != int(a)) continue;
+      bool read = false;
+      for (size_t t = 0; t < k.tensors.size() && !read; ++t)
+        if (k.tensors[t].role == ir::HostRole::Input)
+          for (size_t d = 0; d < k.tensors[t].shape.size(); ++d) read = read || dim_axis(int(t), d) == int(a);
+      if (!read) refuse(fmt::format("size axis {}: its extent is no input's dim", k.axes[a].name), format_location(k.loc));
+    }
   }
 
   std::optional<ConfigError> config_problem;
@@ -524,7 +596,7 @@ class Analysis {
           o.reach.push_back(dim);
           if (e.kind == plan::IndexTerm::Kind::Looped) {
             std::string at = block_slice(k, e.axis);
-            o.shape_text.push_back(fmt::format("{}", dim));
+            o.shape_text.push_back(dim_text(s.tensor, d));
             o.axis.push_back(e.axis);
             slices.push_back(e.offset ? fmt::format("pl.ds({} + {}.start, {}.size)", e.offset, at, at) : at);
             sliced = true;
@@ -534,14 +606,15 @@ class Analysis {
             o.axis.push_back(e.axis);
             slices.push_back(":");
           } else if (e.kind == plan::IndexTerm::Kind::Gather) {
-            o.shape_text.push_back(fmt::format("{}", dim));
+            o.shape_text.push_back(dim_text(s.tensor, d));
             o.axis.push_back(-1);
             slices.push_back(":");
           } else {
             // Part of a dim at a fixed place: the block holds the whole dim, the kernel slices it.
-            o.shape_text.push_back(fmt::format("{}", dim));
+            o.shape_text.push_back(dim_text(s.tensor, d));
             o.axis.push_back(-1);
-            slices.push_back(fmt::format("{}:{}", e.offset, e.offset + k.axes[size_t(e.axis)].extent));
+            slices.push_back(sized_at_call(e.axis) ? fmt::format("{}:{} + {}", e.offset, e.offset, extent_text(e.axis))
+                                                   : fmt::format("{}:{}", e.offset, e.offset + k.axes[size_t(e.axis)].extent));
             sliced = true;
           }
           continue;
@@ -712,6 +785,7 @@ class Analysis {
       const std::vector<int64_t>& shape = k.tensors[size_t(o.block.tensor)].shape;
       if (o.padded.empty()) o.padded = shape;
       for (size_t d = 0; d < shape.size(); ++d) o.padded[d] = std::max(o.padded[d], st.block.reach[d]);
+      if (general) pad_at_call(o, st);
     }
     for (Operand& o : operands)
       if (o.padded == k.tensors[size_t(o.block.tensor)].shape) o.padded.clear();
@@ -769,6 +843,24 @@ class Analysis {
     }
   }
 
+  // A general module's padding of a streamed operand: each ragged dim up to the whole blocks
+  // its stream reaches at the call's size (the specialised module's numbers, as expressions).
+  void pad_at_call(Operand& o, const Stream& st) const {
+    const int t = o.block.tensor;
+    if (o.padded_text.empty())
+      for (size_t d = 0; d < k.tensors[size_t(t)].shape.size(); ++d) o.padded_text.push_back(dim_text(t, d));
+    for (size_t d = 0; d < st.block.axis.size(); ++d) {
+      int a = st.block.axis[d];
+      if (a < 0 || st.block.squeezed[d] || !ragged(a) || st.block.reach[d] != o.padded[d]) continue;
+      int64_t b = block[size_t(a)];
+      int64_t blocks = grid_axis(a) ? p.grid_blocks[size_t(grid_position(a))] : inner[size_t(inner_of_axis[size_t(a)])].blocks;
+      std::string name = "BLOCK_" + upper(py_name(k.axes[size_t(a)].name));
+      std::string e = fmt::format("pl.cdiv({0}, {1}) * {1}", extent_text(a), name);
+      if (int64_t extra = st.block.reach[d] / b - blocks) e += fmt::format(" + {} * {}", extra, name);
+      o.padded_text[d] = e;
+    }
+  }
+
   // The gathers the config reads through SMEM (keys::gather): those whose block is a whole
   // pallas_call operand (a grid-loop access).
   void choose_gathers() {
@@ -800,7 +892,7 @@ class Analysis {
         if (o.block.grid_axes.count(p.grid_axes[i])) last_moving = int(i);
       for (int i = 0; i < last_moving; ++i) {
         int a = p.grid_axes[size_t(i)];
-        if (o.block.grid_axes.count(a) || p.grid_blocks[size_t(i)] <= 1) continue;
+        if (o.block.grid_axes.count(a) || single_step(size_t(i))) continue;
         config_error(
             fmt::format("{} is revisited along grid axis {}, which runs outside an axis its blocks move along: a "
                         "TPU writes a block back when the grid moves on, so the additions would not meet",
@@ -840,7 +932,10 @@ class Analysis {
     if (val.def_op < 0 || is_floating(val.dtype)) return of_dtype(val.dtype);
     const ir::Op& op = k.ops[size_t(val.def_op)];
     auto in = [&](size_t i) { return range(op.inputs[i]); };
-    auto extent = [&](int axis) -> __int128 { return axis < 0 ? 1 : k.axes[size_t(axis)].extent; };
+    // In a general module an extent is the call's: any size an int32 index can reach.
+    auto extent = [&](int axis) -> __int128 {
+      return axis < 0 ? 1 : sized_at_call(axis) ? INT32_MAX : k.axes[size_t(axis)].extent;
+    };
     switch (op.kind) {
       case OpKind::Full: return {op.number.integer, op.number.integer};
       case OpKind::ScalarArg: return {INT32_MIN, INT32_MAX};  // the executable checks int64 ones
@@ -1064,8 +1159,11 @@ std::string loop_summary(const Analysis& an, const Inner& in) {
 const ir::Kernel& k_ = an.k;
 const plan::Plan& p_ = an.p;
   const std::string& axis = k_.axes[size_t(in.axis)].name;
-  std::string count = in.end >= 0 || in.begin_value >= 0 ? fmt::format("up to {} blocks", in.blocks)
-                                                         : fmt::format("{} blocks", in.blocks);
+  std::string blocks = an.sized_at_call(in.axis)
+                           ? fmt::format("pl.cdiv({}, BLOCK_{})", an.extent_text(in.axis), upper(py_name(axis)))
+                           : fmt::format("{}", in.blocks);
+  std::string count = in.end >= 0 || in.begin_value >= 0 ? fmt::format("up to {} blocks", blocks)
+                                                         : fmt::format("{} blocks", blocks);
 
   std::string how;
   std::string config = fmt::format("{} = {}", config::keys::inner_loop(axis), p_.config.text(config::keys::inner_loop(axis)));
@@ -1095,6 +1193,11 @@ std::vector<int> looped_axes(const Analysis& an) {
 std::string reduction_summary(const Analysis& an, int axis) {
   const ir::Axis& ax = an.k.axes[size_t(axis)];
   int64_t b = an.block[size_t(axis)], blocks = (ax.extent + b - 1) / b, last = ax.extent - (blocks - 1) * b;
+  if (an.sized_at_call(axis))
+    return fmt::format(
+        "reduction over {0} in pl.cdiv({1}, BLOCK_{2}) blocks of BLOCK_{2}, the last one partial at some sizes: "
+        "loops unrolled at trace time over operand blocks that hold the whole dim ({3} = {4})",
+        ax.name, an.extent_text(axis), upper(py_name(ax.name)), an.block_param(axis), b);
   return fmt::format(
       "reduction over {} in {} blocks of BLOCK_{}{}: loops unrolled at trace time over operand blocks that hold "
       "the whole dim ({} = {})",
@@ -1164,14 +1267,21 @@ class Generator {
     const std::vector<int64_t>& shape = k_.tensors[size_t(op.tensor)].shape;
     std::vector<std::string> terms;
     int64_t stride = 1, constant = 0;
+    // The stride of dim d: a number, or in a general module the product of the call's dims after it.
+    std::vector<std::string> stride_text;
     for (size_t d = shape.size(); d-- > 0; stride *= shape[d]) {
       const plan::IndexTerm& e = s.index_map[d];
+      std::vector<std::string> after;
+      for (size_t j = d + 1; j < shape.size(); ++j) after.push_back(an_.dim_text(op.tensor, j));
+      bool at_call = std::any_of(after.begin(), after.end(), [](const std::string& x) { return x.rfind("E_", 0) == 0; });
+      std::string st = at_call ? fmt::format("{}", fmt::join(after, " * ")) : fmt::format("{}", stride);
       if (e.kind == plan::IndexTerm::Kind::Constant) {
-        constant += e.constant * stride;
+        if (at_call && e.constant) terms.insert(terms.begin(), fmt::format("{} * {}", e.constant, st));
+        else constant += e.constant * stride;
         continue;
       }
       std::string at = e.grid_axis >= 0 ? block_start(e.grid_axis) : index_expression(e.value, shape.size() > 1);
-      terms.insert(terms.begin(), stride == 1 ? at : fmt::format("({}) * {}", at, stride));
+      terms.insert(terms.begin(), st == "1" ? at : fmt::format("({}) * {}", at, st));
     }
     if (constant || terms.empty()) terms.push_back(fmt::format("{}", constant));
     return fmt::format("{}[{}]", prefetch_ref(op.tensor), fmt::join(terms, " + "));
@@ -1202,7 +1312,7 @@ class Generator {
   std::string axis_end(int a) const {
     const Inner* in = inner_of(a);
     if (in && in->end >= 0) return var(in->end);
-    return fmt::format("{}", k_.axes[size_t(a)].extent);
+    return an_.extent_text(a);
   }
   static std::string var(ir::ValueId v) { return fmt::format("v{}", v); }
 
@@ -1220,11 +1330,31 @@ class Generator {
     return fmt::format("[{}]", fmt::join(s, ", "));
   }
 
+  // A tensor's dims: numbers, or in a general module the call's sizes (E_<axis>).
+  std::vector<std::string> dims_of(const ir::HostTensor& t) const {
+    std::vector<std::string> dims;
+    for (size_t d = 0; d < t.shape.size(); ++d) dims.push_back(an_.dim_text(int(&t - k_.tensors.data()), d));
+    return dims;
+  }
+  // Grid steps along grid position i.
+  std::string grid_steps(size_t i) const {
+    int a = p_.grid_axes[i];
+    if (!an_.sized_at_call(a)) return fmt::format("{}", p_.grid_blocks[i]);
+    return an_.whole(a) ? "1" : fmt::format("pl.cdiv({}, {})", an_.extent_text(a), axis_const(a));
+  }
+  // The sizes a general module reads from its inputs: every axis' extent but the fixed ones.
+  std::vector<int> call_sizes() const {
+    std::vector<int> out;
+    for (size_t a = 0; a < k_.axes.size(); ++a)
+      if (an_.sized_at_call(int(a)) && an_.size_axis(int(a)) == int(a)) out.push_back(int(a));
+    return out;
+  }
+
   std::vector<std::string> tensor_comments() const {
     std::vector<std::string> lines;
     for (const ir::HostTensor& t : k_.tensors)
       lines.push_back(fmt::format("{} {}: {}[{}]{}", t.role == ir::HostRole::Input ? "input " : "output",
-                                  shown(t.name), dtype_name(t.dtype), fmt::join(t.shape, ", "),
+                                  shown(t.name), dtype_name(t.dtype), fmt::join(dims_of(t), ", "),
                                   t.dtype == DType::i64 ? " (passed as int32: the host narrows it, checking the range)"
                                                         : ""));
     for (const ir::ScalarParam& s : k_.scalars)
@@ -1235,24 +1365,36 @@ class Generator {
   void header() {
     Footprint f = footprint(an_);
     const TpuGeneration& chip = an_.chip;
-    out_ += fmt::format("# Kernel '{}', generated by Deuteron for the pallas target.\n", shown(k_.name));
+    out_ += fmt::format("# Kernel '{}', generated by Deuteron for the pallas target{}.\n", shown(k_.name),
+                        an_.general ? ": a general module, for any sizes (read from the inputs' shapes)" : "");
     out_ += fmt::format("# config: {}\n", p_.config.dump());
     for (const std::string& l : tensor_comments()) out_ += "# " + l + "\n";
     std::vector<std::string> g;
     for (size_t i = 0; i < p_.grid_axes.size(); ++i)
-      g.push_back(fmt::format("{}: {}", k_.axes[size_t(p_.grid_axes[i])].name, p_.grid_blocks[i]));
-    out_ += fmt::format("# grid: {} steps ({}), last axis fastest\n", p_.grid_size(), fmt::join(g, ", "));
+      g.push_back(fmt::format("{}: {}", k_.axes[size_t(p_.grid_axes[i])].name, grid_steps(i)));
+    if (an_.general)
+      out_ += fmt::format("# grid: {}, last axis fastest\n", g.empty() ? "1 step" : fmt::format("{}", fmt::join(g, ", ")));
+    else
+      out_ += fmt::format("# grid: {} steps ({}), last axis fastest\n", p_.grid_size(), fmt::join(g, ", "));
     for (const Inner& in : an_.inner) out_ += "# " + loop_summary(an_, in) + "\n";
     for (int a : looped_axes(an_)) out_ += "# " + reduction_summary(an_, a) + "\n";
-    out_ += fmt::format("# VMEM on {}: {}; limit {} (physical {})\n", chip.name, f.describe(), human_bytes(vmem_limit(f)),
-                        human_bytes(chip.vmem_bytes));
+    if (an_.general) {
+      out_ += "# Sizes are the call's (E_<axis>, Python ints at trace time: JAX traces once per shape). A block\n";
+      out_ += "# the config sets is a multiple of the TPU tile, so legal at any size; a whole dim's block is the\n";
+      out_ += "# call's dim, and every other tiled dim's last block may be partial.\n";
+      out_ += fmt::format("# VMEM on {}: follows the sizes; the module allows it all ({})\n", chip.name,
+                          human_bytes(chip.vmem_bytes));
+    } else {
+      out_ += fmt::format("# VMEM on {}: {}; limit {} (physical {})\n", chip.name, f.describe(),
+                          human_bytes(vmem_limit(f)), human_bytes(chip.vmem_bytes));
+    }
     out_ +=
         "# Runs in TPU interpret mode on a CPU by default; run(..., interpret=False) compiles for a TPU.\n";
     out_ += "# Partial edge blocks: out-of-range input elements are garbage (NaN in interpret mode) and\n";
     out_ += "# out-of-range writes are dropped; reductions and products over a partial block are masked.\n";
     if (std::any_of(k_.ops.begin(), k_.ops.end(), [](const ir::Op& op) { return gathers(op); }))
       out_ += "# A gathered element whose index is outside its dim is NaN (0 for integers), never another.\n";
-    if (!k_.scalars.empty()) out_ += "import functools\n\n";
+    if (!k_.scalars.empty() || !call_sizes().empty()) out_ += "import functools\n\n";
     out_ += "import jax\n";
     out_ += "import jax.numpy as jnp\n";
     out_ += "from jax.experimental import pallas as pl\n";
@@ -1295,6 +1437,15 @@ class Generator {
     for (size_t a = 0; a < k_.axes.size(); ++a) {
       const ir::Axis& ax = k_.axes[a];
       std::string what;
+      if (an_.whole_at_call(int(a))) continue;  // the call's dim: run() and the kernel set it
+      if (an_.sized_at_call(int(a))) {
+        what = ax.kind == ir::AxisKind::Tile && ax.scalar ? fmt::format("grid index {}: one element per step", ax.name)
+               : ax.kind == ir::AxisKind::Tile
+                   ? fmt::format("{} dim {}: any size, the last block partial", inner_of(int(a)) ? "inner-loop" : "tiled", ax.name)
+                   : fmt::format("reduction dim {}: any size, reduced block by block", ax.name);
+        out_ += fmt::format("{} = {}  # {}\n", axis_const(int(a)), an_.block[a], what);
+        continue;
+      }
       if (ax.kind == ir::AxisKind::Tile && ax.scalar) {
         what = fmt::format("grid index {}: one element per step, {} steps", ax.name, ax.extent - an_.begin[a]);
       } else if (ax.kind == ir::AxisKind::Tile) {
@@ -1325,6 +1476,10 @@ class Generator {
     out_ += "    if tuple(x.shape) != shape or x.dtype != dtype:\n";
     out_ += "        raise ValueError(f\"{name}: expected {jnp.dtype(dtype).name}{list(shape)}, \"\n";
     out_ += "                         f\"got {x.dtype}{list(x.shape)}\")\n\n\n";
+    if (!an_.general) return;
+    out_ += "def _rank(name, x, rank):\n";
+    out_ += "    if len(x.shape) != rank:\n";
+    out_ += "        raise ValueError(f\"{name}: expected rank {rank}, got shape {list(x.shape)}\")\n\n\n";
   }
 
   // ---- the kernel function ----
@@ -1342,15 +1497,15 @@ class Generator {
     for (const Operand& o : an_.operands) params.push_back(o.ref);
     params.insert(params.end(), scratch_refs_.begin(), scratch_refs_.end());
     std::string sig = fmt::format("def {}({}", kernel_name(), fmt::join(params, ", "));
-    if (!k_.scalars.empty()) {
-      std::vector<std::string> s;
-      for (const ir::ScalarParam& sp : k_.scalars) s.push_back(py_name(sp.name));
-      sig += fmt::format(", *, {}", fmt::join(s, ", "));
-    }
+    std::vector<std::string> keywords;
+    for (const ir::ScalarParam& sp : k_.scalars) keywords.push_back(py_name(sp.name));
+    for (int a : call_sizes()) keywords.push_back(an_.extent_text(a));
+    if (!keywords.empty()) sig += fmt::format(", *, {}", fmt::join(keywords, ", "));
     std::string text = sig + "):\n";
     text += fmt::format(
         "    \"\"\"One grid step of '{}': the grid loop's body on one block of each operand.\"\"\"\n",
         shown(k_.name));
+    text += whole_blocks("    ");
     for (size_t i = 0; i < p_.grid_axes.size(); ++i)
       if (used_pids_.count(int(i)))
         text += fmt::format("    b_{} = pl.program_id({})  # block index along {}\n", axis_name(p_.grid_axes[i]), i,
@@ -1358,6 +1513,15 @@ class Generator {
     text += fill_outputs();
     while (!lines.empty() && lines.back().empty()) lines.pop_back();
     for (const std::string& l : lines) text += l.empty() ? "\n" : "    " + l + "\n";
+    return text;
+  }
+
+  // A general module's blocks that are a whole dim: the call's size.
+  std::string whole_blocks(const std::string& pad) const {
+    std::string text;
+    for (size_t i = 0; i < k_.axes.size(); ++i)
+      if (int a = int(i); an_.whole_at_call(a))
+        text += fmt::format("{}{} = {}  # the whole dim {}\n", pad, axis_const(a), an_.extent_text(a), k_.axes[size_t(a)].name);
     return text;
   }
 
@@ -1404,14 +1568,18 @@ class Generator {
     reduce_loop_ = nullptr;
     masks_ = saved_masks;
     int64_t last = ax.extent - (rl.blocks - 1) * an_.block[size_t(rl.axis)];
-    std::string size = last == an_.block[size_t(rl.axis)] ? b : fmt::format("min({}, {} - {} * {})", b, ax.extent, index, b);
+    bool at_call = an_.sized_at_call(rl.axis);  // then any block count, the last one maybe partial
+    std::string size = last == an_.block[size_t(rl.axis)] && !at_call
+                           ? b
+                           : fmt::format("min({}, {} - {} * {})", b, an_.extent_text(rl.axis), index, b);
+    std::string blocks = at_call ? fmt::format("pl.cdiv({}, {})", an_.extent_text(rl.axis), b) : fmt::format("{}", rl.blocks);
     inside.insert(inside.begin(), fmt::format("{} = pl.ds({} * {}, {})", at, index, b, size));
     if (!lines.empty() && !lines.back().empty()) lines.push_back("");
     lines.push_back(fmt::format("# {} over {} block by block ({} blocks of {}{}), unrolled at trace time",
-                                fmt::join(does, ", "), ax.name, rl.blocks, b,
-                                last != an_.block[size_t(rl.axis)] ? fmt::format(", the last one of {}", last) : ""));
+                                fmt::join(does, ", "), ax.name, blocks, b,
+                                last != an_.block[size_t(rl.axis)] && !at_call ? fmt::format(", the last one of {}", last) : ""));
     lines.insert(lines.end(), before.begin(), before.end());
-    lines.push_back(fmt::format("for {} in range({}):", index, rl.blocks));
+    lines.push_back(fmt::format("for {} in range({}):", index, blocks));
     indent(lines, inside);
     lines.push_back("");
   }
@@ -1447,6 +1615,7 @@ class Generator {
     std::string trips = in.begin_value >= 0 ? fmt::format("pl.cdiv({} - {}, {})", axis_end(in.axis), var(in.begin_value),
                                                           axis_const(in.axis))
                         : in.end >= 0 ? fmt::format("pl.cdiv({} - {}, {})", var(in.end), in.begin, axis_const(in.axis))
+                        : an_.sized_at_call(in.axis) ? fmt::format("pl.cdiv({}, {})", an_.extent_text(in.axis), axis_const(in.axis))
                                       : fmt::format("{}", in.blocks);
     std::vector<const plan::CarriedValue*> carried;
     for (int c : in.carried) carried.push_back(&p_.carried[size_t(c)]);
@@ -1653,7 +1822,7 @@ class Generator {
       if (!o.block.output || !t.fill) continue;
       std::vector<std::string> first;
       for (size_t i = 0; i < p_.grid_axes.size(); ++i)
-        if (!o.block.grid_axes.count(p_.grid_axes[i]) && p_.grid_blocks[i] > 1)
+        if (!o.block.grid_axes.count(p_.grid_axes[i]) && !an_.single_step(i))
           first.push_back(fmt::format("pl.program_id({}) == 0", i));
       std::string fill = fmt::format("{}[...] = jnp.full({}.shape, {}, {}.dtype)", o.ref, o.ref,
                                      literal(*t.fill, kernel_type(t.dtype)), o.ref);
@@ -1902,7 +2071,7 @@ class Generator {
     ir::ValueId idx = gather_index(op).first;
     const ir::Value& r = k_.value(op.result);
     if (!is_floating(r.dtype)) return picked;
-    int64_t dim = k_.tensors[size_t(op.tensor)].shape[size_t(gather_index(op).second)];
+    std::string dim = an_.dim_text(op.tensor, size_t(gather_index(op).second));
     std::string index = align(var(idx), k_.value(idx).dims, r.dims, false, op);
     return fmt::format("jnp.where(({0} >= 0) & ({0} < {1}), {2}, jnp.nan)", index, dim, picked);
   }
@@ -1928,7 +2097,10 @@ class Generator {
     lines.push_back(fmt::format("pltpu.sync_copy({}, {})", index, smem));
     lines.push_back("");
     lines.push_back(fmt::format("def pick_{}(r, carry):", g));
-    lines.push_back(fmt::format("    i = jnp.clip({}[r], 0, {})", smem, t.shape[size_t(gather_pos)] - 1));
+    std::string last = an_.dim_axis(op.tensor, size_t(gather_pos)) >= 0
+                           ? an_.dim_text(op.tensor, size_t(gather_pos)) + " - 1"
+                           : fmt::format("{}", t.shape[size_t(gather_pos)] - 1);
+    lines.push_back(fmt::format("    i = jnp.clip({}[r], 0, {})", smem, last));
     lines.push_back(fmt::format("    {}[pl.ds(r, 1), :] = {}[{}]", picked, ref, fmt::join(at, ", ")));
     lines.push_back("    return carry");
     lines.push_back("");
@@ -1963,8 +2135,8 @@ class Generator {
     lines.push_back("");
     lines.push_back(fmt::format("def add_{}(j, carry):", g));
     lines.push_back(fmt::format("    i = {}[j]", smem));
-    std::string ok = fmt::format("(i >= 0) & (i < {})", t.shape[size_t(gather_pos)]);
-    if (an_.partial[size_t(rows)]) ok += fmt::format(" & ({} + j < {})", block_start(rows), axis_end(rows));
+    std::string ok = fmt::format("(i >= 0) & (i < {})", an_.dim_text(op.tensor, size_t(gather_pos)));
+    if (an_.ragged(rows)) ok += fmt::format(" & ({} + j < {})", block_start(rows), axis_end(rows));
     lines.push_back(fmt::format("    @pl.when({})  # in the dim, and a row of the tile", ok));
     lines.push_back("    def _add():");
     lines.push_back(fmt::format("        {0}[{1}] = {0}[{1}] + {2}[{3}]", ref, fmt::join(at, ", "), values, fmt::join(from, ", ")));
@@ -1989,7 +2161,7 @@ class Generator {
     std::vector<int> batch(r.dims.begin(), r.dims.end() - 2);
     int m = r.dims[r.dims.size() - 2], n = r.dims.back(), kd = a.dims.back();
     std::string x = var(op.inputs[0]), y = var(op.inputs[1]);
-    if (kd != ir::kOne && an_.partial[size_t(kd)]) {
+    if (kd != ir::kOne && an_.ragged(kd)) {
       // The contracted dim's last block is partial: zero both operands past its end (garbage
       // times zero could still be NaN).
       x = fmt::format("jnp.where({}, {}, 0.0)", valid_mask(kd, a.dims, int(a.dims.size()) - 1, lines), x);
@@ -2069,8 +2241,10 @@ class Generator {
         what = "load " + shown(k_.tensors[size_t(op.tensor)].name);
         break;
       }
-      case OpKind::Full: {
-        std::string value = literal(op.number, kernel_type(r.dtype));
+      case OpKind::Full: {  // a whole dim's extent (op.axis: hl::count) is the call's in a general module
+        std::string value = op.axis >= 0 && an_.sized_at_call(op.axis)
+                                ? (is_floating(r.dtype) ? fmt::format("float({})", an_.extent_text(op.axis)) : an_.extent_text(op.axis))
+                                : literal(op.number, kernel_type(r.dtype));
         if (r.dims.empty())
           e = fmt::format("{}({})", jnp_type(kernel_type(r.dtype)), value);
         else
@@ -2108,9 +2282,9 @@ class Generator {
       case OpKind::TileEnd: {
         const ir::Axis& ax = k_.axes[size_t(op.axis)];
         if (ax.kind == ir::AxisKind::Tile)
-          e = fmt::format("jnp.minimum({} + {}, {})", block_start(op.axis), axis_const(op.axis), ax.extent);
+          e = fmt::format("jnp.minimum({} + {}, {})", block_start(op.axis), axis_const(op.axis), an_.extent_text(op.axis));
         else
-          e = fmt::format("jnp.int32({})", ax.extent);
+          e = fmt::format("jnp.int32({})", an_.extent_text(op.axis));
         what = "tile_end " + ax.name;
         break;
       }
@@ -2146,7 +2320,7 @@ class Generator {
         std::string x = convert(in(0), in_dtype(0), r.dtype);
         int axis = in_dims(0)[size_t(op.dim)];
         // (A looped axis' blocks are sliced to their real length: nothing to mask.)
-        if (axis != ir::kOne && an_.partial[size_t(axis)] && !an_.looped(axis)) {
+        if (axis != ir::kOne && an_.ragged(axis) && !an_.looped(axis)) {
           // The last block along a tiled axis is partial: its out-of-range elements are
           // garbage, so they must not reach the reduction.
           std::string mask = valid_mask(axis, in_dims(0), op.dim, lines);
@@ -2204,6 +2378,31 @@ class Generator {
     return py_tuple(s);
   }
 
+  // A general module's sizes: each axis' extent from the first input dim that is it (ranks
+  // checked first), and the dispatch table's `sizes` checked against them.
+  void read_sizes() {
+    out_ += "    # The sizes, from the inputs' shapes (Python ints: JAX traces once per shape).\n";
+    std::set<int> ranked;
+    std::vector<std::string> all;
+    for (size_t a = 0; a < k_.axes.size(); ++a) {
+      all.push_back(an_.extent_text(int(a)));
+      if (!an_.sized_at_call(int(a)) || an_.size_axis(int(a)) != int(a)) continue;
+      for (size_t t = 0; t < k_.tensors.size(); ++t) {
+        const ir::HostTensor& x = k_.tensors[t];
+        size_t d = 0;
+        while (d < x.shape.size() && an_.dim_axis(int(t), d) != int(a)) ++d;
+        if (x.role != ir::HostRole::Input || d == x.shape.size()) continue;
+        if (ranked.insert(int(t)).second)
+          out_ += fmt::format("    _rank(\"{0}\", {0}, {1})\n", py_name(x.name), x.shape.size());
+        out_ += fmt::format("    {} = int({}.shape[{}])\n", an_.extent_text(int(a)), py_name(x.name), d);
+        break;
+      }
+    }
+    out_ += fmt::format("    if sizes is not None and tuple(sizes[:{0}]) != {1}:\n", all.size(), py_tuple(all));
+    out_ += fmt::format("        raise ValueError(f\"sizes {{tuple(sizes[:{0}])}} do not match the inputs' {{{1}}}\")\n",
+                        all.size(), py_tuple(all));
+  }
+
   void launcher() {
     std::vector<std::string> inputs;
     for (const ir::HostTensor& t : k_.tensors)
@@ -2211,6 +2410,7 @@ class Generator {
     std::vector<std::string> params = inputs;
     std::vector<std::string> kw;
     for (const ir::ScalarParam& s : k_.scalars) kw.push_back(py_name(s.name));
+    if (an_.general) kw.push_back("sizes=None");
     kw.push_back("interpret=None");
     out_ += fmt::format("def run({}{}*, {}):\n", fmt::join(params, ", "), params.empty() ? "" : ", ",
                         fmt::join(kw, ", "));
@@ -2218,15 +2418,19 @@ class Generator {
     for (const ir::HostTensor& t : k_.tensors)
       (t.role == ir::HostRole::Input ? doc_in : doc_out)
           .push_back(fmt::format("{} {}[{}]", py_name(t.name), dtype_name(t.role == ir::HostRole::Input && t.dtype == DType::i64 ? DType::i32 : t.dtype),
-                                 fmt::join(t.shape, ", ")));
+                                 fmt::join(dims_of(t), ", ")));
     out_ += fmt::format("    \"\"\"{}: {} -> {}.\n\n", shown(k_.name), fmt::join(doc_in, ", "), fmt::join(doc_out, ", "));
+    if (an_.general)
+      out_ += "    sizes: the dispatch table's (every axis' extent, then each tensor's dims), checked against the inputs.\n";
     out_ += "    interpret: None runs in TPU interpret mode (INTERPRET); False compiles for a TPU.\n";
     out_ += "    \"\"\"\n";
+    if (an_.general) read_sizes();
     for (const ir::HostTensor& t : k_.tensors) {
       if (t.role != ir::HostRole::Input) continue;
-      out_ += fmt::format("    _check(\"{}\", {}, {}, {})\n", py_name(t.name), py_name(t.name), shape_text(t.shape),
+      out_ += fmt::format("    _check(\"{}\", {}, {}, {})\n", py_name(t.name), py_name(t.name), py_tuple(dims_of(t)),
                           jnp_type(t.dtype == DType::i64 ? DType::i32 : t.dtype));
     }
+    out_ += whole_blocks("    ");
     out_ += "    if interpret is None:\n";
     out_ += "        interpret = INTERPRET\n";
     for (bool on_tpu : {true, false}) {
@@ -2234,8 +2438,11 @@ class Generator {
       for (const Operand& o : an_.operands) {
         if (o.padded.empty() || o.block.output || o.pad_on_tpu != on_tpu) continue;
         const ir::HostTensor& t = k_.tensors[size_t(o.block.tensor)];
-        std::vector<std::string> widths;
-        for (size_t d = 0; d < t.shape.size(); ++d) widths.push_back(fmt::format("(0, {})", o.padded[d] - t.shape[d]));
+        std::vector<std::string> widths, dims = dims_of(t);
+        for (size_t d = 0; d < t.shape.size(); ++d)
+          widths.push_back(!an_.general ? fmt::format("(0, {})", o.padded[d] - t.shape[d])
+                           : o.padded_text[d] == dims[d] ? "(0, 0)"
+                                                         : fmt::format("(0, {} - {})", o.padded_text[d], dims[d]));
         pads.push_back(fmt::format("{0} = jnp.pad({0}, {1})", py_name(t.name), py_tuple(widths)));
       }
       if (pads.empty()) continue;
@@ -2248,22 +2455,22 @@ class Generator {
       }
     }
     std::string kernel = kernel_name();
-    if (!k_.scalars.empty()) {
-      std::vector<std::string> bind;
-      for (const ir::ScalarParam& s : k_.scalars) bind.push_back(fmt::format("{0}={0}", py_name(s.name)));
-      kernel = fmt::format("functools.partial({}, {})", kernel, fmt::join(bind, ", "));
-    }
+    std::vector<std::string> bind;
+    for (const ir::ScalarParam& s : k_.scalars) bind.push_back(fmt::format("{0}={0}", py_name(s.name)));
+    for (int a : call_sizes()) bind.push_back(fmt::format("{0}={0}", an_.extent_text(a)));
+    if (!bind.empty()) kernel = fmt::format("functools.partial({}, {})", kernel, fmt::join(bind, ", "));
     std::vector<std::string> shapes, out_specs, in_specs, call_args, results;
     bool sliced = false;
     for (const Operand& o : an_.operands) {
       const ir::HostTensor& t = k_.tensors[size_t(o.block.tensor)];
       if (o.block.output) {
-        std::string shape = shape_text(o.padded.empty() ? t.shape : o.padded);
-        if (!o.padded.empty() && !o.pad_on_tpu) shape = fmt::format("{} if interpret else {}", shape, shape_text(t.shape));
+        std::string dims = py_tuple(dims_of(t));
+        std::string shape = o.padded.empty() ? dims : an_.general ? py_tuple(o.padded_text) : shape_text(o.padded);
+        if (!o.padded.empty() && !o.pad_on_tpu) shape = fmt::format("{} if interpret else {}", shape, dims);
         shapes.push_back(fmt::format("jax.ShapeDtypeStruct({}, {})", shape, jnp_type(t.dtype)));
         out_specs.push_back(spec(o));
         std::vector<std::string> cut;
-        for (int64_t d : t.shape) cut.push_back(fmt::format(":{}", d));
+        for (const std::string& d : dims_of(t)) cut.push_back(":" + d);
         results.push_back(o.padded.empty() ? "" : fmt::format("[{}]", fmt::join(cut, ", ")));
         sliced = sliced || !o.padded.empty();
       } else {
@@ -2277,11 +2484,11 @@ class Generator {
       // An axis some output block does not move along revisits that block: sequential.
       bool revisits = false;
       for (const Operand& o : an_.operands)
-        if (o.block.output && !o.hbm && !o.block.grid_axes.count(a) && p_.grid_blocks[i] > 1) revisits = true;
+        if (o.block.output && !o.hbm && !o.block.grid_axes.count(a) && !an_.single_step(i)) revisits = true;
       semantics.push_back(revisits ? "\"arbitrary\"" : "\"parallel\"");
     }
     std::vector<std::string> grid;
-    for (int64_t b : p_.grid_blocks) grid.push_back(fmt::format("{}", b));
+    for (size_t i = 0; i < p_.grid_axes.size(); ++i) grid.push_back(grid_steps(i));
     out_ += fmt::format("    {} pl.pallas_call(\n", sliced ? "out =" : "return");
     out_ += fmt::format("        {},\n", kernel);
     if (shapes.size() == 1) {
@@ -2323,7 +2530,7 @@ class Generator {
     }
     if (prefetch) out_ += "        ),\n";
     out_ += fmt::format("        compiler_params=pltpu.CompilerParams(dimension_semantics={}, vmem_limit_bytes={}),\n",
-                        py_tuple(semantics), vmem_limit(footprint(an_)));
+                        py_tuple(semantics), an_.general ? an_.chip.vmem_bytes : vmem_limit(footprint(an_)));
     out_ += "        interpret=interpret,\n";
     out_ += fmt::format("        name=\"{}\",\n", entry_name(p_));
     out_ += fmt::format("    )({})\n", fmt::join(call_args, ", "));
@@ -2516,8 +2723,8 @@ std::string describe(const plan::Plan& p, const TpuGeneration& chip) {
                            vmem_limit_bytes(chip, f), human_bytes(chip.vmem_bytes));
 }
 
-std::string generate(const plan::Plan& p, const TpuGeneration& chip) {
-  Analysis an(p, chip);
+std::string generate(const plan::Plan& p, const TpuGeneration& chip, bool general) {
+  Analysis an(p, chip, general);
   return Generator(an).run();
 }
 

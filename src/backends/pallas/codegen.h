@@ -68,7 +68,16 @@ Footprint vmem_footprint(const plan::Plan& p, const TpuGeneration& chip);
 
 // The Python module. Stable: the same plan and chip give byte-identical text. Throws
 // CompileError for constructs the target does not support (it does not re-check the rules).
-std::string generate(const plan::Plan& p, const TpuGeneration& chip);
+//
+// `general` (ahead-of-time builds): a module for any sizes, generated from a plan at a probe
+// shape larger than any block and ragged. Its `run` reads every axis' extent from its inputs'
+// shapes (E_<axis>, Python ints at trace time) and takes the dispatch table's `sizes` to check
+// them; the grid and the loops count blocks with pl.cdiv, every tiled block is masked where it
+// may be partial, operands streamed in whole blocks are padded to them at the call's size, and
+// a block that is the whole dim at the probe is the call's whole dim. It throws ConfigError
+// for what it cannot follow yet (resident inner loops, a grid over part of a dim, an inner
+// loop starting elsewhere than 0, an axis no input's dim gives).
+std::string generate(const plan::Plan& p, const TpuGeneration& chip, bool general = false);
 
 // What this target decided beyond the plan (inner-loop strategies, the VMEM arithmetic), for
 // `deuteron emit --plan`.

@@ -64,6 +64,11 @@ DT_INLINE float sqrt(float x) { return __builtin_sqrtf(x); }
 // intrinsics.)
 DT_INLINE float rsqrt(float x) { return 1.0f / __builtin_sqrtf(x); }
 
+// hl::where: c ? a : b with both arms evaluated first (they are arguments), so that a load in
+// an arm is not conditional, and a loop that selects between a constant and a load vectorises.
+template <class T>
+DT_INLINE T where(bool c, T a, T b) { return c ? a : b; }
+
 // PyTorch semantics: a NaN in either operand gives NaN. a > b is false when either is NaN,
 // which picks b (right when b is the NaN); the second select returns a when a is the NaN.
 DT_INLINE float maximum(float a, float b) {
