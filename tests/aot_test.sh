@@ -10,7 +10,8 @@
 #           the general modules on shapes not built (size 1 included): softmax, layer_norm,
 #           cumsum, matmul (emit_pipeline over K blocks) and cross_entropy (a gather); which
 #           catalogue kernels get a general module.
-#   triton: the same under Triton's interpreter (TRITON_INTERPRET=1): softmax, layer_norm, cumsum.
+#   triton: the same under Triton's interpreter (TRITON_INTERPRET=1): softmax, layer_norm, cumsum,
+#           attention (pallas runs it too).
 set -uo pipefail
 BIN="$1"
 SRC="$2"
@@ -150,8 +151,9 @@ fi
 # Python targets: modules and a dispatch table, run in the target's interpreter.
 TARGET="$MODE"
 export TRITON_INTERPRET=1 JAX_PLATFORMS=cpu
-KERNELS=softmax,layer_norm,cumsum
-SHAPES='softmax:130x1000;softmax:1x128;layer_norm:64x257;cumsum:64x257'
+# attention: its head dim is one block of the call's size in a general module.
+KERNELS=softmax,layer_norm,cumsum,attention
+SHAPES='softmax:130x1000;softmax:1x128;layer_norm:64x257;cumsum:64x257;attention:1x2x32x16'
 if [ "$TARGET" = pallas ]; then
   # matmul: K = 600 loops in blocks of 512 (emit_pipeline), M and N in blocks of 32 and 128.
   # cross_entropy: a one-hot gather along the whole vocabulary, int64 labels passed as int32.
@@ -227,6 +229,13 @@ def layer_norm_reference(x, w, b, eps):
     return (x - mean) / np.sqrt(var + eps) * w + b
 
 
+def attention_reference(q, k, v):
+    q, k, v = (a.astype(np.float64) for a in (q, k, v))
+    s = q @ np.swapaxes(k, 2, 3) / np.sqrt(q.shape[3])
+    p = np.exp(s - s.max(axis=3, keepdims=True))
+    return (p / p.sum(axis=3, keepdims=True)) @ v
+
+
 def matmul_reference(x, y):
     return x.astype(np.float64) @ y.astype(np.float64)
 
@@ -249,9 +258,10 @@ def call(kernel, *arrays, **options):
 rng = np.random.default_rng(1)
 # Built shapes run their tuned module, the others (ragged, size 1) the general module of the
 # built shape nearest them.
-built = {"softmax": [(130, 1000), (1, 128)], "layer_norm": [(64, 257)], "cumsum": [(64, 257)]}
+built = {"softmax": [(130, 1000), (1, 128)], "layer_norm": [(64, 257)], "cumsum": [(64, 257)],
+         "attention": [(1, 2, 32, 16)]}
 unbuilt = {"softmax": [(7, 3), (1, 1), (3, 300), (20, 2000)], "layer_norm": [(1, 1), (5, 77)],
-           "cumsum": [(1, 1), (7, 3), (3, 2000)]}
+           "cumsum": [(1, 1), (7, 3), (3, 2000)], "attention": [(1, 1, 1, 1), (2, 1, 37, 40)]}
 if target == "pallas":
     # M, K, N: one K block and several, N inside one block and across two, size 1.
     built["matmul"] = [(64, 600, 160)]
@@ -264,7 +274,10 @@ for kernel in built:
         assert general == (shape not in built[kernel]), (kernel, shape, name)
         x = rng.uniform(-1, 3, shape[:2]).astype(np.float32)
         tol = 2e-5
-        if kernel == "softmax":
+        if kernel == "attention":  # q, k, v [B, H, S, D]
+            q, k, v = (rng.uniform(-1, 1, shape).astype(np.float32) for _ in range(3))
+            y, want = call(kernel, q, k, v), attention_reference(q, k, v)
+        elif kernel == "softmax":
             y, want = call(kernel, x), softmax_reference(x)
         elif kernel == "cumsum":
             # f32 sums of up to n terms in a tree (pallas, triton): a few ulps of the prefix's size

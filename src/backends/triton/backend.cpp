@@ -145,7 +145,11 @@ config::Config TritonBackend::adjust_default(const config::ConfigSpace& space, c
 }
 
 void TritonBackend::refine(plan::Plan& p, const config::TargetLimits& limits) const {
-  p.fast_memory_bytes = check(p, default_gpu()).shared_bytes;
+  // Limits above the GPU's shared memory lift its resource checks: deuteron aot does that at
+  // the probe shapes of a general module (whose whole dims follow the call; its blocks were
+  // checked at the tuned shape they come from).
+  const Gpu& g = default_gpu();
+  p.fast_memory_bytes = check(p, g, limits.fast_memory_bytes <= g.shared_bytes_per_block).shared_bytes;
   p.fast_memory_budget = limits.fast_memory_bytes;
 }
 

@@ -1457,7 +1457,7 @@ std::string python_name(const std::string& name) { return py_name(name); }
 
 void check_expressible(const plan::Plan& p) { Analysis an(p, false); }
 
-Footprint check(const plan::Plan& p, const Gpu& g) {
+Footprint check(const plan::Plan& p, const Gpu& g, bool resources) {
   Analysis an(p, false);
   const ir::Kernel& k = p.kernel;
   auto fail = [&](const std::string& rule, const std::string& hint) {
@@ -1483,6 +1483,7 @@ Footprint check(const plan::Plan& p, const Gpu& g) {
                         format_location(op.loc), "use smaller blocks");
   }
   Footprint f = footprint(an);
+  if (!resources) return f;
   if (f.shared_bytes > g.shared_bytes_per_block)
     fail(fmt::format("the config needs {} of shared memory for tl.dot's operands on {}, more than its {} per block",
                      human_bytes(f.shared_bytes), g.name, human_bytes(g.shared_bytes_per_block)),

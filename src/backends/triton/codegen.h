@@ -48,8 +48,9 @@ struct Footprint {
 void check_expressible(const plan::Plan& p);
 // Checks what the config decides: power-of-two blocks, tl.dot's minimum, persistent
 // reductions, the block-size limit, shared memory and registers on `g` (ConfigError naming
-// the rule and the fix). Returns the footprint.
-Footprint check(const plan::Plan& p, const Gpu& g);
+// the rule and the fix). Returns the footprint. `resources` false leaves out the last two: an
+// ahead-of-time build's probe shapes size a general module's whole dims beyond any call's.
+Footprint check(const plan::Plan& p, const Gpu& g, bool resources = true);
 
 // The Python module. Stable: the same plan and GPU give byte-identical text.
 //
