@@ -1013,25 +1013,26 @@ class Generator {
         line(fmt::format("{} acc{} = {};", type, op->result, identity(op->reduce, k_.value(op->result).dtype)));
         if (tracks_nan(*op)) line(fmt::format("int32_t nan{} = 0;", op->result));
         if (chunked) line(fmt::format("{} part{}[dt::kReduceChunk];  // lane j of every chunk", type, op->result));
+        // NaN flags per lane too: a reduction clause would fold them across the vector per chunk.
+        if (chunked && tracks_nan(*op)) line(fmt::format("int32_t nanpart{}[dt::kReduceChunk];", op->result));
       }
       if (!chunked) return;
       line("for (int64_t j = 0; j < dt::kReduceChunk; ++j) {");
-      for (const ir::Op* op : scalar_red)
+      for (const ir::Op* op : scalar_red) {
         line(fmt::format("  part{}[j] = {};", op->result, identity(op->reduce, k_.value(op->result).dtype)));
+        if (tracks_nan(*op)) line(fmt::format("  nanpart{}[j] = 0;", op->result));
+      }
       line("}");
     };
     open_nest(outer, chunked ? "" : pragma, declare);
     if (chunked) {
       const std::string& n = axis(inner);
-      std::string nan_clauses;
-      for (const ir::Op* op : scalar_red)
-        if (tracks_nan(*op)) nan_clauses += fmt::format(" reduction(|:nan{})", op->result);
       std::map<ir::ValueId, std::string> hoisted = hoist_invariants(g, inner);
       line(fmt::format("const int64_t chunks_{0} = n_{0} - n_{0} % dt::kReduceChunk;", n));
       line(fmt::format("for (int64_t c_{0} = 0; c_{0} < chunks_{0}; c_{0} += dt::kReduceChunk) {{", n));
       ++indent_;
       scalars_ = hoisted;
-      line("#pragma omp simd" + nan_clauses);
+      line("#pragma omp simd");
       line(fmt::format("for (int64_t i_{0} = c_{0}; i_{0} < c_{0} + dt::kReduceChunk; ++i_{0}) {{", n));
       ++indent_;
       emit_body(g, inner, fmt::format("i_{0} - c_{0}", n));
@@ -1051,6 +1052,8 @@ class Generator {
         line(fmt::format("for (int64_t j = 0; j < dt::kReduceChunk; ++j) {}",
                          combine(op->reduce, fmt::format("acc{}", op->result), fmt::format("part{}[j]", op->result),
                                  k_.value(op->result).dtype, true)));
+        if (tracks_nan(*op))
+          line(fmt::format("for (int64_t j = 0; j < dt::kReduceChunk; ++j) nan{0} |= nanpart{0}[j];", op->result));
       }
     } else {
       emit_body(g, inner, "");
@@ -1120,7 +1123,9 @@ class Generator {
         } else if (rd == inner) {
           std::string acc = part.empty() ? fmt::format("acc{}", op.result) : fmt::format("part{}[{}]", op.result, part);
           line(combine(op.reduce, acc, x, k_.value(op.result).dtype, true));
-          if (tracks_nan(op)) line(fmt::format("nan{0} |= {1} != {1};", op.result, x));
+          if (tracks_nan(op))
+            line(part.empty() ? fmt::format("nan{0} |= {1} != {1};", op.result, x)
+                              : fmt::format("nanpart{0}[{2}] |= {1} != {1};", op.result, x, part));
         } else {
           line(combine(op.reduce, fmt::format("m{}[{}]", op.result, storage_index(op.result)), x,
                        k_.value(op.result).dtype, false));
