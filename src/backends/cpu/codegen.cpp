@@ -787,10 +787,13 @@ class Generator {
       case OpKind::Where:
         e = fmt::format("dt::where<{}>({}, {}, {})", ctype(r.dtype), in(0), in_as(1, r.dtype), in_as(2, r.dtype));
         break;
-      case OpKind::Unary:
+      case OpKind::Unary: {
+        // Only the exponentials have a cheaper form for arguments known not to be positive.
+        const bool exp = op.unary == ir::UnaryFn::Exp || op.unary == ir::UnaryFn::Exp2;
         e = unary(op, in_as(0, ir::operand_dtype(op.unary, k_.value(op.inputs[0]).dtype)), r.dtype,
-                  ir::nonpositive(k_, op.inputs[0]));
+                  exp && ir::nonpositive(k_, op.inputs[0]));
         break;
+      }
       case OpKind::Binary: {
         DType t = ir::operand_dtype(op.binary, promote(k_.value(op.inputs[0]).dtype, k_.value(op.inputs[1]).dtype));
         e = binary(op.binary, in_as(0, t), in_as(1, t), t);
