@@ -89,6 +89,59 @@ TEST(GeneratedCode, StreamingStoresGoThroughARowBuffer) {
   EXPECT_EQ(streamed, s.backend->emit(driver::lower(s, c)));  // byte-identical when emitted again
 }
 
+// A row kernel's pass that reads its block a second time (from cache) prefetches the rows the
+// next grid step reads first, one cache line per chunk, guarded so that no prefetch goes past
+// the tensor's last row; the pass before the one that stores prefetches the store's lines for
+// writing (not when the store streams past the cache, nor when a block is too large to stay
+// cached).
+TEST(GeneratedCode, RowPassesPrefetchTheNextBlockAndTheirStores) {
+  driver::Specialized s = specialize_at("softmax", {130, 1000});
+  config::Config c = config::Config::parse(R"({"block_rows":4,"reduce_r0":1024,"stores":"cached"})");
+  std::string src = s.backend->emit(driver::lower(s, driver::complete(s, c)));
+  const std::string next = "if ((o_rows + B_rows + i_rows) < 130) __builtin_prefetch(&x[((o_rows + B_rows + i_rows)) * 1000 + i_r0], 0, 3);";
+  const std::string write = "__builtin_prefetch(&out0[((o_rows + i_rows)) * 1000 + i_r0], 1, 3);";
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count(src, next), 1u) << src;
+  EXPECT_EQ(count(src, write), 1u) << src;
+  EXPECT_EQ(count(src, "__builtin_prefetch"), 2u) << src;
+  // Both in the exp-and-sum pass (the second chunk loop), one per 64-byte line of the chunk.
+  size_t first_chunks = src.find("c_r0 += dt::kReduceChunk"), second_chunks = src.find("c_r0 += dt::kReduceChunk", first_chunks + 1);
+  ASSERT_NE(second_chunks, std::string::npos) << src;
+  EXPECT_GT(src.find(next), second_chunks) << src;
+  EXPECT_LT(src.find(next), src.find("dt::exp_nonpositive(")) << src;
+  EXPECT_NE(src.find("i_r0 < c_r0 + dt::kReduceChunk; i_r0 += 16)"), std::string::npos) << src;
+  EXPECT_EQ(src, s.backend->emit(driver::lower(s, driver::complete(s, c))));  // byte-identical
+
+  c.set("stores", "stream");
+  std::string streamed = s.backend->emit(driver::lower(s, driver::complete(s, c)));
+  EXPECT_EQ(count(streamed, next), 1u) << streamed;
+  EXPECT_EQ(streamed.find("__builtin_prefetch(&out0"), std::string::npos) << streamed;
+
+  c = config::Config::parse(R"({"block_rows":128,"reduce_r0":1024,"stores":"cached"})");  // 500 KiB blocks
+  std::string large = s.backend->emit(driver::lower(s, driver::complete(s, c)));
+  EXPECT_EQ(large.find("__builtin_prefetch"), std::string::npos) << large;
+
+  // rms_norm's normalising pass has no reduction: it runs in chunks for its prefetch.
+  driver::Specialized r = specialize_at("rms_norm", {130, 1000});
+  c = config::Config::parse(R"({"block_rows":2,"reduce_r0":1024,"stores":"cached"})");
+  std::string rms = r.backend->emit(driver::lower(r, driver::complete(r, c)));
+  EXPECT_EQ(count(rms, "if ((o_rows + B_rows + i_rows) < 130) __builtin_prefetch(&x["), 1u) << rms;
+  EXPECT_EQ(count(rms, "__builtin_prefetch(&out0[((o_rows + i_rows)) * 1000 + i_r0], 1, 3);"), 1u) << rms;
+  EXPECT_EQ(count(rms, "c_r0 += dt::kReduceChunk"), 2u) << rms;
+
+  // A general variant guards with the row count it reads at run time.
+  driver::Specialized a = specialize_at("softmax", {1031, 2053}), b = specialize_at("softmax", {1037, 2063});
+  c = config::Config::parse(R"({"block_rows":1,"reduce_r0":4096,"stores":"cached"})");
+  backends::AotVariant ga = a.backend->emit_aot(driver::lower(a, driver::complete(a, c)), "k_general", true);
+  backends::AotVariant gb = b.backend->emit_aot(driver::lower(b, driver::complete(b, c)), "k_general", true);
+  EXPECT_EQ(ga.source, gb.source);
+  EXPECT_NE(ga.source.find("if ((o_rows + B_rows + i_rows) < E_rows) __builtin_prefetch(&x["), std::string::npos) << ga.source;
+}
+
 // Streaming stores and chunked row reductions in a general variant: the same source at any
 // shape (no probe extent decides either), the row buffer laid out in its fast memory.
 TEST(GeneratedCode, GeneralVariantStreamsAndChunks) {

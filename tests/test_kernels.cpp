@@ -106,5 +106,34 @@ TEST(KernelStreamingStores, MatchReference) {
     EXPECT_TRUE(streamed.count(k)) << k << " has no streamable output";
 }
 
+// Row kernels whose passes prefetch (the next block's rows, the stored rows for writing) match
+// too: a last block of fewer rows than the others, one row, and rows that start inside a cache
+// line (1000 floats); with plain and with streaming stores.
+TEST(KernelRowPrefetch, MatchReference) {
+  struct Shape {
+    std::string kernel;
+    std::vector<int64_t> shape;
+  };
+  for (const Shape& c : std::vector<Shape>{{"softmax", {130, 1000}}, {"softmax", {1, 1000}}, {"softmax_decomposed", {131, 1000}},
+                                           {"batch_softmax", {3, 130, 1000}}, {"layer_norm", {130, 1000}},
+                                           {"layer_norm", {1, 1000}}, {"rms_norm", {130, 1000}}, {"rms_norm", {7, 129}}}) {
+    const auto& e = examples::find(c.kernel);
+    auto args = e.inputs(c.shape, DType::f32, 17);
+    auto s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), "cpu");
+    for (int64_t rows : {1, 4})
+      for (const char* stores : {"cached", "stream"}) {
+        if (rows > c.shape[c.shape.size() - 2]) continue;  // a block of at most the rows there are
+        config::Config cfg = s.space.default_config();
+        cfg.set("block_rows", rows);
+        if (s.space.find("block_batch")) cfg.set("block_batch", 1);
+        if (s.space.find("stores")) cfg.set("stores", stores);
+        std::string src = s.backend->emit(driver::lower(s, cfg));
+        EXPECT_NE(src.find("__builtin_prefetch"), std::string::npos) << c.kernel << " " << cfg.dump() << " prefetches nothing";
+        auto r = api::run(*e.kernel, args, "cpu", cfg);
+        expect_matches(e, args, r.outputs, fmt::format("{} {} config {}", c.kernel, c.shape, cfg.dump()));
+      }
+  }
+}
+
 }  // namespace
 }  // namespace deuteron

@@ -634,6 +634,13 @@ class Generator {
     return fmt::format("{}", fmt::join(seen, ", "));
   }
 
+  // Where grid axis `a` ends.
+  std::string grid_end(int a) const {
+    const ir::Loop& grid = k_.grid_loop();
+    size_t li = size_t(std::find(grid.axes.begin(), grid.axes.end(), a) - grid.axes.begin());
+    return rt_ ? extent(a) : std::to_string(grid.end[li].constant);
+  }
+
   void grid_indices(const ir::Loop& grid) {
     line("// this block's position in the grid (fastest axis last)");
     std::string rest = "pid";
@@ -667,7 +674,7 @@ class Generator {
       }
       size_t li = size_t(std::find(grid.axes.begin(), grid.axes.end(), a) - grid.axes.begin());
       int64_t begin = grid.begin[li].constant;
-      std::string end = rt_ ? extent(a) : std::to_string(grid.end[li].constant);
+      std::string end = grid_end(a);
       line(begin ? fmt::format("const int64_t o_{} = {} + b_{} * B_{};", n, begin, n, n)
                  : fmt::format("const int64_t o_{} = b_{} * B_{};", n, n, n));
       line(fmt::format("const int64_t n_{} = B_{} < {} - o_{} ? B_{} : {} - o_{};", n, n, end, n, n, end, n));
@@ -704,7 +711,10 @@ class Generator {
   std::string global_index(int a) const {
     const ir::Axis& ax = k_.axes[size_t(a)];
     if (ax.kind != ir::AxisKind::Tile) return ivar(a);
-    return ivar(a) == "0" ? "o_" + ax.name : fmt::format("(o_{} + {})", ax.name, ivar(a));
+    auto o = origin_.find(a);
+    std::string origin = o == origin_.end() ? "o_" + ax.name : o->second;
+    if (ivar(a) == "0") return o == origin_.end() ? origin : "(" + origin + ")";
+    return fmt::format("({} + {})", origin, ivar(a));
   }
   // The loop variable of an axis inside a block ("i_t0"), or what replaces it (a dot's base
   // addresses put 0 there).
@@ -1006,8 +1016,11 @@ class Generator {
     // chains), then the rest of the row, then fold the chunk's lanes.
     // A general variant chunks every whole dim it reads at run time (the code holds for any
     // length; the probe shapes' extents must not decide it).
-    bool chunked = !pragma.empty() && !scalar_red.empty() && !range_.count(inner) &&
+    // A pass that prefetches (RowPrefetch) runs in chunks too: a line's prefetch per chunk.
+    std::vector<RowPrefetch> prefetches = p_.prefetches_of(g);
+    bool chunked = !pragma.empty() && (!scalar_red.empty() || !prefetches.empty()) && !range_.count(inner) &&
                    (runtime_whole(inner) || p_.storage_extent(inner) >= 128);
+    if (!chunked) prefetches.clear();
     std::vector<int> outer(dom.begin(), dom.end() - (chunked ? 1 : 0));
     auto declare = [&](size_t level) {
       if (level + 1 != dom.size() && !(chunked && level == outer.size())) return;
@@ -1019,7 +1032,7 @@ class Generator {
         // NaN flags per lane too: a reduction clause would fold them across the vector per chunk.
         if (chunked && tracks_nan(*op)) line(fmt::format("int32_t nanpart{}[dt::kReduceChunk];", op->result));
       }
-      if (!chunked) return;
+      if (!chunked || scalar_red.empty()) return;
       line("for (int64_t j = 0; j < dt::kReduceChunk; ++j) {");
       for (const ir::Op* op : scalar_red) {
         line(fmt::format("  part{}[j] = {};", op->result, identity(op->reduce, k_.value(op->result).dtype)));
@@ -1034,6 +1047,7 @@ class Generator {
       line(fmt::format("const int64_t chunks_{0} = n_{0} - n_{0} % dt::kReduceChunk;", n));
       line(fmt::format("for (int64_t c_{0} = 0; c_{0} < chunks_{0}; c_{0} += dt::kReduceChunk) {{", n));
       ++indent_;
+      for (const RowPrefetch& r : prefetches) emit_row_prefetch(r, inner);
       scalars_ = hoisted;
       line("#pragma omp simd");
       line(fmt::format("for (int64_t i_{0} = c_{0}; i_{0} < c_{0} + dt::kReduceChunk; ++i_{0}) {{", n));
@@ -1077,6 +1091,27 @@ class Generator {
     --indent_;
     line("}");
     scalars_.clear();
+  }
+
+  // In a chunk of a pass's row (RowPrefetch): one prefetch per cache line of the chunk, of a
+  // load's row at the next grid step (that row, when the next step has it), or of a store's row
+  // at this one, for writing.
+  void emit_row_prefetch(const RowPrefetch& r, int inner) {
+    const ir::Op& op = k_.op(r.op);
+    const std::string& n = axis(inner);
+    int fast = p_.grid_axes.back();
+    const std::string& f = axis(fast);
+    std::string guard;
+    if (r.next_step) {
+      origin_[fast] = fmt::format("o_{0} + B_{0}", f);
+      guard = fmt::format("if ({} < {}) ", global_index(fast), grid_end(fast));
+    }
+    int64_t per_line = 64 / dtype_size(k_.tensors[size_t(op.tensor)].dtype);
+    line(fmt::format("for (int64_t i_{0} = c_{0}; i_{0} < c_{0} + dt::kReduceChunk; i_{0} += {1})  // {2}", n, per_line,
+                     r.next_step ? "the next grid step's row, into L1" : "this row, for writing"));
+    line(fmt::format("  {}__builtin_prefetch(&{}[{}], {}, 3);", guard, tensor_name(op.tensor), address(op),
+                     r.next_step ? 0 : 1));
+    origin_.erase(fast);
   }
 
   // Reads, before a chunked loop, the fast-memory values group g takes that stay the same along
@@ -1768,6 +1803,7 @@ class Generator {
   std::map<ir::ValueId, ir::ValueId> alias_;  // loop results share their phi's storage
   std::set<int> stored_;
   std::map<int, std::string> ivar_;  // axis -> replacement of its loop variable
+  std::map<int, std::string> origin_;  // grid axis -> what replaces its block origin o_<axis> (a sum)
   std::map<int, int> fused_store_;  // scan op -> the store op it makes (fuse_scan_stores)
   std::set<int> fused_;  // those store ops: their groups skip them
   std::set<ir::ValueId> unstored_;  // the scans' results they store: not kept in fast memory

@@ -1,7 +1,10 @@
 #include "backends/cpu/refine.h"
 
 #include <algorithm>
+#include <functional>
+#include <map>
 #include <optional>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -31,6 +34,13 @@ const StreamedStore* CpuPlan::streamed_store(int op) const {
   for (const StreamedStore& s : streamed)
     if (s.op == op) return &s;
   return nullptr;
+}
+
+std::vector<RowPrefetch> CpuPlan::prefetches_of(const plan::Group& g) const {
+  std::vector<RowPrefetch> out;
+  for (const RowPrefetch& r : prefetches)
+    if (!g.ops.empty() && r.group_op == g.ops.front()) out.push_back(r);
+  return out;
 }
 
 std::vector<int> streamable_stores(const ir::Kernel& k) {
@@ -87,6 +97,7 @@ class Refiner {
     p_.staging.assign(p_.operands.size(), Staging{});
     epilogue_axis();
     if (c.has(kStores) && c.text(kStores) == kStoresStream) streamed_stores();
+    row_prefetches();
     for (const plan::Dot& d : p_.dots) p_.gemms.push_back(gemm(d));
     for (Gemm& g : p_.gemms) {
       auto bf16_packed = [&](const GemmOperand& x) {
@@ -129,6 +140,80 @@ class Refiner {
           p_.streamed.push_back({o, row, extent_of(row)});
         }
       }
+  }
+
+  // The Load ops whose elements group g reads from their tensors: its ops' inputs, through
+  // views and the values it computes inline (those not kept in fast memory).
+  std::set<int> loads_of(const plan::Group& g) const {
+    std::set<int> out;
+    std::function<void(ir::ValueId)> visit = [&](ir::ValueId v) {
+      v = ir::strip_views(k(), v);
+      int def = k().value(v).def_op;
+      if (p_.materialized[size_t(v)] || def < 0) return;
+      if (k().op(def).kind == ir::OpKind::Load) {
+        out.insert(def);
+        return;
+      }
+      for (ir::ValueId in : k().op(def).inputs) visit(in);
+    };
+    for (int o : g.ops)
+      for (ir::ValueId in : k().op(o).inputs) visit(in);
+    return out;
+  }
+
+  // Whether group g can prefetch the lines of access `op`: plain indices by g's axes, g's
+  // innermost axis (not a grid axis: a row within the block) along the tensor's contiguous dim,
+  // rows long enough for a chunked loop, and a block small enough to stay cached until used.
+  bool prefetchable(const ir::Op& op, const plan::Group& g) const {
+    if (g.domain.empty() || op.index.empty() || op.atomic_add) return false;
+    const ir::HostTensor& t = k().tensors[size_t(op.tensor)];
+    int64_t bytes = dtype_size(t.dtype);
+    for (const ir::Index& e : op.index) {
+      if (e.kind != ir::Index::Kind::Axis || e.offset != 0 ||
+          std::find(g.domain.begin(), g.domain.end(), e.axis) == g.domain.end())
+        return false;
+      bytes *= extent_of(e.axis);
+    }
+    int inner = g.domain.back();
+    const std::vector<int>& grid = p_.grid_axes;
+    return op.index.back().axis == inner && std::find(grid.begin(), grid.end(), inner) == grid.end() &&
+           t.strides.back() == 1 && extent_of(inner) >= 128 && bytes <= kPrefetchBlockBytes;
+  }
+
+  // Row kernels (a grid step that is a sequence of passes over its block, no dots, no inner
+  // loops): see RowPrefetch.
+  void row_prefetches() {
+    const ir::Loop& grid = k().grid_loop();
+    const std::vector<plan::Item>& body = p_.bodies[size_t(&grid - k().loops.data())];
+    if (!p_.dots.empty() || p_.grid_axes.empty()) return;
+    if (std::any_of(body.begin(), body.end(), [](const plan::Item& it) { return it.is_loop; })) return;
+    int fast = p_.grid_axes.back();  // consecutive grid steps differ along it
+    std::map<int, int> readers;      // tensor -> passes that have read it so far
+    std::set<int> prefetched;        // tensors prefetched for the next step
+    for (size_t i = 0; i < body.size(); ++i) {
+      const plan::Group& g = body[i].group;
+      std::set<int> seen;  // tensors this pass reads
+      for (int l : loads_of(g)) {
+        const ir::Op& op = k().op(l);
+        bool by_fast = std::any_of(op.index.begin(), op.index.end(),
+                                   [&](const ir::Index& e) { return e.kind == ir::Index::Kind::Axis && e.axis == fast; });
+        if (readers[op.tensor] == 1 && by_fast && !prefetched.count(op.tensor) && prefetchable(op, g)) {
+          p_.prefetches.push_back({g.ops.front(), l, true});
+          prefetched.insert(op.tensor);
+        }
+        seen.insert(op.tensor);
+      }
+      for (int t : seen) ++readers[t];
+      for (int o : g.ops) {
+        const ir::Op& op = k().op(o);
+        if (op.kind != ir::OpKind::Store || p_.streamed_store(o) || !prefetchable(op, g)) continue;
+        for (size_t j = i; j-- > 0;)
+          if (body[j].group.domain == g.domain && !body[j].group.ops.empty()) {
+            p_.prefetches.push_back({body[j].group.ops.front(), o, false});
+            break;
+          }
+      }
+    }
   }
 
   // A copy of a load may be skipped when the grid indices it depends on repeat.
@@ -315,6 +400,9 @@ std::string describe(const CpuPlan& p) {
   for (const StreamedStore& s : p.streamed)
     out += fmt::format("    {} written with streaming stores, a row of {} {} at a time (line {})\n",
                        k.tensors[size_t(k.op(s.op).tensor)].name, s.elements, k.axis(s.axis).name, k.op(s.op).loc.line());
+  for (const RowPrefetch& r : p.prefetches)
+    out += fmt::format("    {} prefetched {} by the pass of line {}\n", k.tensors[size_t(k.op(r.op).tensor)].name,
+                       r.next_step ? "for the next grid step" : "for writing", k.op(r.group_op).loc.line());
   return out;
 }
 

@@ -62,6 +62,22 @@ struct StreamedStore {
 // at plain tile indices, with the last dim contiguous. The space offers `stores` for these.
 std::vector<int> streamable_stores(const ir::Kernel& k);
 
+// A software prefetch that a pass of a row kernel's grid step issues one cache line at a time,
+// in its chunked loop along a tensor's contiguous rows, so that memory stays busy while the core
+// computes on cached rows (the hardware prefetcher runs only while a stream is being read):
+//   - next_step: a Load's lines at the next grid step (the block the next step's first pass
+//     reads from memory), issued by the pass that reads this step's block a second time;
+//   - otherwise a Store's lines at this step, for writing (a plain store reads each line before
+//     it writes it), issued by the last earlier pass over the same rows.
+// Only for blocks of at most kPrefetchBlockBytes (a quarter of the smallest L2 seen), so that
+// prefetched lines are still cached when they are used.
+struct RowPrefetch {
+  int group_op = -1;  // the pass that issues it, by its first op (passes partition the ops)
+  int op = -1;        // the Load or Store
+  bool next_step = false;
+};
+inline constexpr int64_t kPrefetchBlockBytes = 256 * 1024;
+
 struct CpuPlan : plan::Plan {
   std::vector<Gemm> gemms;
   std::vector<Staging> staging;  // per operands[i]
@@ -74,9 +90,11 @@ struct CpuPlan : plan::Plan {
   int epilogue_subtiles = 1;
   int epilogue_axis = -1;
   std::vector<StreamedStore> streamed;
+  std::vector<RowPrefetch> prefetches;
 
   const Gemm* gemm_for_op(int op) const;
   const StreamedStore* streamed_store(int op) const;
+  std::vector<RowPrefetch> prefetches_of(const plan::Group& g) const;
   const Staging& staging_of(const plan::BlockSpec& s) const { return staging[size_t(&s - operands.data())]; }
 };
 
