@@ -107,8 +107,8 @@ TEST(KernelStreamingStores, MatchReference) {
 }
 
 // Row kernels whose passes prefetch (the next block's rows, the stored rows for writing) match
-// too: a last block of fewer rows than the others, one row, and rows that start inside a cache
-// line (1000 floats); with plain and with streaming stores.
+// too: a last block of fewer rows than the others, one row, rows that start inside a cache line
+// (1000 floats), streamed rows in a ragged last piece (300); with plain and with streaming stores.
 TEST(KernelRowPrefetch, MatchReference) {
   struct Shape {
     std::string kernel;
@@ -116,7 +116,7 @@ TEST(KernelRowPrefetch, MatchReference) {
   };
   for (const Shape& c : std::vector<Shape>{{"softmax", {130, 1000}}, {"softmax", {1, 1000}}, {"softmax_decomposed", {131, 1000}},
                                            {"batch_softmax", {3, 130, 1000}}, {"layer_norm", {130, 1000}},
-                                           {"layer_norm", {1, 1000}}, {"rms_norm", {130, 1000}}, {"rms_norm", {7, 129}}}) {
+                                           {"layer_norm", {1, 1000}}, {"rms_norm", {130, 1000}}, {"rms_norm", {7, 300}}}) {
     const auto& e = examples::find(c.kernel);
     auto args = e.inputs(c.shape, DType::f32, 17);
     auto s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), "cpu");
