@@ -205,7 +205,8 @@ TEST(GeneratedCode, ChunkedReductionHoistsRowInvariants) {
 }
 
 // Without dots or whole dims, the cpu target's default blocks take whole contiguous rows (up
-// to 4096 elements) and proportionally fewer rows; kernels with whole dims keep theirs.
+// to 4096 elements) and proportionally fewer rows; row kernels (whole dims) as few rows as fill
+// 16 KiB.
 TEST(GeneratedCode, DefaultBlocksTakeWholeRows) {
   auto defaults = [](const std::string& name, const std::vector<int64_t>& shape) {
     return specialize_at(name, shape).space.default_config();
@@ -219,7 +220,18 @@ TEST(GeneratedCode, DefaultBlocksTakeWholeRows) {
   EXPECT_EQ(two_pass.integer("block_n"), 4096);
   EXPECT_EQ(two_pass.integer("block_n_out"), 4096);
   EXPECT_EQ(two_pass.integer("block_rows"), 4);
-  EXPECT_EQ(defaults("rms_norm", {8192, 4096}).integer("block_rows"), 512);  // a whole dim: unchanged
+  // Row kernels (whole dims) take as few rows as fill 16 KiB, and stream outputs far larger than
+  // the caches.
+  config::Config rms = defaults("rms_norm", {8192, 4096});
+  EXPECT_EQ(rms.integer("block_rows"), 1);
+  EXPECT_EQ(rms.text("stores"), "stream");
+  config::Config small = defaults("softmax", {130, 1000});
+  EXPECT_EQ(small.integer("block_rows"), 4);  // 4000-byte rows
+  EXPECT_EQ(small.text("stores"), "cached");  // 520 KB: still cached when it is read
+  config::Config batch = defaults("batch_softmax", {4, 1024, 4096});
+  EXPECT_EQ(batch.integer("block_batch"), 1);
+  EXPECT_EQ(batch.integer("block_rows"), 1);
+  EXPECT_EQ(defaults("cross_entropy", {4096, 32000}).integer("block_rows"), 1);
 }
 
 // Block products over a whole dim (attention's head dim, matmul_layernorm's N) keep it in one
