@@ -180,40 +180,44 @@ class Refiner {
            t.strides.back() == 1 && extent_of(inner) >= 128 && bytes <= kPrefetchBlockBytes;
   }
 
-  // Row kernels (a grid step that is a sequence of passes over its block, no dots, no inner
-  // loops): see RowPrefetch.
+  // Kernels without dots, whose grid step is a sequence of passes over its block (in inner
+  // loops over its columns too: softmax_two_pass): see RowPrefetch.
   void row_prefetches() {
-    const ir::Loop& grid = k().grid_loop();
-    const std::vector<plan::Item>& body = p_.bodies[size_t(&grid - k().loops.data())];
     if (!p_.dots.empty() || p_.grid_axes.empty()) return;
-    if (std::any_of(body.begin(), body.end(), [](const plan::Item& it) { return it.is_loop; })) return;
     int fast = p_.grid_axes.back();  // consecutive grid steps differ along it
     std::map<int, int> readers;      // tensor -> passes that have read it so far
     std::set<int> prefetched;        // tensors prefetched for the next step
-    for (size_t i = 0; i < body.size(); ++i) {
-      const plan::Group& g = body[i].group;
-      std::set<int> seen;  // tensors this pass reads
-      for (int l : loads_of(g)) {
-        const ir::Op& op = k().op(l);
-        bool by_fast = std::any_of(op.index.begin(), op.index.end(),
-                                   [&](const ir::Index& e) { return e.kind == ir::Index::Kind::Axis && e.axis == fast; });
-        if (readers[op.tensor] == 1 && by_fast && !prefetched.count(op.tensor) && prefetchable(op, g)) {
-          p_.prefetches.push_back({g.ops.front(), l, true});
-          prefetched.insert(op.tensor);
+    std::function<void(const std::vector<plan::Item>&)> walk = [&](const std::vector<plan::Item>& body) {
+      for (size_t i = 0; i < body.size(); ++i) {
+        if (body[i].is_loop) {
+          walk(p_.bodies[size_t(body[i].loop)]);
+          continue;
         }
-        seen.insert(op.tensor);
-      }
-      for (int t : seen) ++readers[t];
-      for (int o : g.ops) {
-        const ir::Op& op = k().op(o);
-        if (op.kind != ir::OpKind::Store || p_.streamed_store(o) || !prefetchable(op, g)) continue;
-        for (size_t j = i; j-- > 0;)
-          if (body[j].group.domain == g.domain && !body[j].group.ops.empty()) {
-            p_.prefetches.push_back({body[j].group.ops.front(), o, false});
-            break;
+        const plan::Group& g = body[i].group;
+        std::set<int> seen;  // tensors this pass reads
+        for (int l : loads_of(g)) {
+          const ir::Op& op = k().op(l);
+          bool by_fast = std::any_of(op.index.begin(), op.index.end(),
+                                     [&](const ir::Index& e) { return e.kind == ir::Index::Kind::Axis && e.axis == fast; });
+          if (readers[op.tensor] == 1 && by_fast && !prefetched.count(op.tensor) && prefetchable(op, g)) {
+            p_.prefetches.push_back({g.ops.front(), l, true});
+            prefetched.insert(op.tensor);
           }
+          seen.insert(op.tensor);
+        }
+        for (int t : seen) ++readers[t];
+        for (int o : g.ops) {
+          const ir::Op& op = k().op(o);
+          if (op.kind != ir::OpKind::Store || p_.streamed_store(o) || !prefetchable(op, g)) continue;
+          for (size_t j = i; j-- > 0;)
+            if (!body[j].is_loop && body[j].group.domain == g.domain && !body[j].group.ops.empty()) {
+              p_.prefetches.push_back({body[j].group.ops.front(), o, false});
+              break;
+            }
+        }
       }
-    }
+    };
+    walk(p_.bodies[size_t(&k().grid_loop() - k().loops.data())]);
   }
 
   // A copy of a load may be skipped when the grid indices it depends on repeat.
