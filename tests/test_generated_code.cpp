@@ -225,14 +225,15 @@ TEST(GeneratedCode, DefaultBlocksTakeWholeRows) {
   config::Config two_pass = defaults("softmax_two_pass", {4096, 4096});
   EXPECT_EQ(two_pass.integer("block_n"), 4096);
   EXPECT_EQ(two_pass.integer("block_n_out"), 4096);
-  EXPECT_EQ(two_pass.integer("block_rows"), 4);
+  EXPECT_EQ(two_pass.integer("block_rows"), 1);  // x read by two loops: 16 KiB of rows
+  EXPECT_EQ(defaults("welford", {65536, 512}).integer("block_rows"), 8);
   // Row kernels (whole dims) take as few rows as fill 16 KiB.
   EXPECT_EQ(defaults("rms_norm", {8192, 4096}).integer("block_rows"), 1);
   EXPECT_EQ(defaults("softmax", {130, 1000}).integer("block_rows"), 4);  // 4000-byte rows
   config::Config batch = defaults("batch_softmax", {4, 1024, 4096});
   EXPECT_EQ(batch.integer("block_batch"), 1);
   EXPECT_EQ(batch.integer("block_rows"), 1);
-  EXPECT_EQ(defaults("cross_entropy", {4096, 32000}).integer("block_rows"), 1);
+  EXPECT_EQ(defaults("rms_norm_bwd", {8192, 4096}).integer("block_rows"), 512);  // atomic adds: unchanged
 }
 
 // Block products over a whole dim (attention's head dim, matmul_layernorm's N) keep it in one

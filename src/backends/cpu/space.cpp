@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -139,19 +140,24 @@ void whole_row_defaults(const ir::Kernel& k, config::ConfigSpace& space) {
   }
 }
 
-// Row kernels (no dots; loads along a whole dim: softmax, layer_norm, rms_norm, cross_entropy)
-// read each block in several passes, and prefetch the next block's rows while the later passes
-// run on cached ones (RowPrefetch): a block of as few rows as fill kRowBlockBytes of the widest
-// such row stays in L1 over its passes. Softmax 8192x2560 ran 2.64 ms in blocks of one row
+// Row kernels (no dots; loads along a whole dim: softmax, layer_norm, rms_norm, cross_entropy;
+// or a tensor loaded by two loops over its rows: softmax_two_pass, welford) read each block in
+// several passes, and prefetch the next block's rows while the later passes run on cached ones
+// (RowPrefetch): a block of as few rows as fill kRowBlockBytes of the widest such row stays in
+// L1 over its passes. welford 65536x512 ran 3.65 ms in 8 rows against 4.91 in 32 (its default
+// before), softmax_two_pass 4096x4096 2.63 in 1 row against 2.68 in 4. Softmax 8192x2560 ran 2.64 ms in blocks of one row
 // against 2.97 in 4 (the default before) and 2.88 in 8, layer_norm 8192x4096 (streamed) 3.43
 // against 4.52 in 4 and 4.68 in 8 (chrt -f 1, 2 threads, medians of 3 rounds). The other grid
 // axes (batch_softmax's batch) take one block each.
 void row_kernel_defaults(const ir::Kernel& k, config::ConfigSpace& space) {
   constexpr int64_t kRowBlockBytes = 16 * 1024;
+  std::map<int, int> loads;  // tensor -> its load ops: two or more read its rows in two passes
+  for (const ir::Op& op : k.ops)
+    if (op.kind == ir::OpKind::Load) ++loads[op.tensor];
   int64_t row_bytes = 0;
   for (const ir::Op& op : k.ops)
     if (op.kind == ir::OpKind::Load && !op.index.empty() && op.index.back().kind == ir::Index::Kind::Axis &&
-        k.axis(op.index.back().axis).kind == ir::AxisKind::Reduction)
+        (k.axis(op.index.back().axis).kind == ir::AxisKind::Reduction || loads[op.tensor] > 1))
       row_bytes = std::max(row_bytes, k.axis(op.index.back().axis).extent * int64_t(dtype_size(k.tensors[size_t(op.tensor)].dtype)));
   if (row_bytes == 0) return;
   const std::vector<int>& grid = k.grid_loop().axes;
@@ -190,9 +196,12 @@ void extend_space(const ir::Kernel& k, const config::TargetLimits& limits, confi
     space.add(t, 1);
   }
 
-  bool rows = !dots && std::any_of(k.axes.begin(), k.axes.end(), [](const ir::Axis& ax) { return ax.kind == ir::AxisKind::Reduction; });
   if (!dots) whole_row_defaults(k, space);
-  if (rows) row_kernel_defaults(k, space);
+  // Not with atomic adds across rows (rms_norm_bwd's grad_w, cross_entropy's loss): each block
+  // adds its share, so a block of one row adds a whole row for every row (rms_norm_bwd
+  // 8192x4096: 7.76 ms in 1 row, 5.44 in 4).
+  bool atomics = std::any_of(k.ops.begin(), k.ops.end(), [](const ir::Op& op) { return op.atomic_add; });
+  if (!dots && !atomics) row_kernel_defaults(k, space);
 
   if (std::vector<int> streamable = streamable_stores(k); !streamable.empty()) {
     Tunable t;
