@@ -413,10 +413,12 @@ Deviations deviations(const Tensor& x, int d, const Loc& loc) {
   Tensor finite = Operand(abs(half, loc), loc) < Operand(INFINITY, loc);
   Tensor doubled = clamp(Operand(Operand(half, loc) * Operand(2.0, loc), loc), Operand(-FLT_MAX, loc), Operand(FLT_MAX, loc));
   v.c = where(Operand(finite, loc), Operand(doubled, loc), Operand(0.0, loc));
-  // Deviations from a centre beyond 2^64 are scaled by 2^-64, so that their squares (an ulp of
-  // 3e38 is 2e31) and sums stay finite. A power of two: the scaling is exact.
-  Tensor huge = Operand(abs(v.c, loc), loc) >= Operand(0x1p64, loc);
-  v.scale = where(Operand(huge, loc), Operand(0x1p-64, loc), Operand(1.0, loc));
+  // Deviations from a centre beyond 2^60 are scaled by 2^-60, so that their squares (an ulp of
+  // 3e38 is 2e31) and sums stay finite. A power of two, so the scaling is exact, and one whose
+  // square is a normal f32: XLA turns a / scale / scale into a / (scale * scale), and flushes
+  // denormals.
+  Tensor huge = Operand(abs(v.c, loc), loc) >= Operand(0x1p60, loc);
+  v.scale = where(Operand(huge, loc), Operand(0x1p-60, loc), Operand(1.0, loc));
   return v;
 }
 }  // namespace
