@@ -1,7 +1,8 @@
 // welford: layer norm over the last dim of x[M, N] (weight, bias, no eps argument), whose
 // mean and variance come from Welford's streaming algorithm: one pass over column blocks
-// merges each block's (count, mean, M2) into the running ones with the parallel update of
-// Chan et al., so a row never has to fit in one block; a second pass writes the output.
+// merges each block's (count, mean, M2), from hl::var_mean, into the running ones with the
+// parallel update of Chan et al., so a row never has to fit in one block; a second pass writes
+// the output.
 #include "catalogue.h"
 #include "reference_util.h"
 
