@@ -411,7 +411,8 @@ Deviations deviations(const Tensor& x, int d, const Loc& loc) {
   // c is 0, so the row gives the plain sum's inf, -inf or NaN.
   Tensor half = sum(Operand(x, loc) * Operand(Operand(0.5, loc) / Operand(v.n, loc), loc), d, true, loc);
   Tensor finite = Operand(abs(half, loc), loc) < Operand(INFINITY, loc);
-  Tensor doubled = clamp(Operand(Operand(half, loc) * Operand(2.0, loc), loc), Operand(-FLT_MAX, loc), Operand(FLT_MAX, loc));
+  Tensor doubled = clamp(Operand(Operand(half, loc) * Operand(2.0, loc), loc), Operand(-FLT_MAX, loc),
+                         Operand(FLT_MAX, loc));
   v.c = where(Operand(finite, loc), Operand(doubled, loc), Operand(0.0, loc));
   // Deviations from a centre beyond 2^60 are scaled by 2^-60, so that their squares (an ulp of
   // 3e38 is 2e31) and sums stay finite. A power of two, so the scaling is exact, and one whose
@@ -446,9 +447,11 @@ std::pair<Tensor, Tensor> var_mean(const Tensor& x, int d, bool keepdim, int64_t
   Tensor mu = Operand(v.c, loc) + Operand(Operand(offset, loc) / Operand(v.scale, loc), loc);
   // s1 * offset is second order in c's error; a constant row's s2 equals it exactly (n * k^2 <
   // 2^24), and the maximum keeps rounding from making a variance negative (NaN passes).
-  Tensor m2 = maximum(Operand(Operand(s2, loc) - Operand(Operand(s1, loc) * Operand(offset, loc), loc), loc), Operand(0.0, loc));
+  Tensor m2 = maximum(Operand(Operand(s2, loc) - Operand(Operand(s1, loc) * Operand(offset, loc), loc), loc),
+                      Operand(0.0, loc));
   Tensor dof = Operand(v.n, loc) - Operand(double(correction), loc);
-  Tensor var = Operand(Operand(Operand(m2, loc) / Operand(dof, loc), loc) / Operand(v.scale, loc), loc) / Operand(v.scale, loc);
+  Tensor var = Operand(Operand(Operand(m2, loc) / Operand(dof, loc), loc) / Operand(v.scale, loc), loc) /
+               Operand(v.scale, loc);
   if (keepdim) return {var, mu};
   return {var.squeeze(d, loc), mu.squeeze(d, loc)};
 }
