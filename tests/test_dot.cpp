@@ -361,16 +361,19 @@ TEST(DotPlan, LoopStrategyAppliesToOperandsNotSetThemselves) {
   EXPECT_EQ(placement(R"({"inner_t2": "stream", "inner_t2_arg1": "in_place"})", 0), plan::Placement::Staged);
 }
 
-// The default adapts to the budget: B resident while it fits half of it, else read in place.
+// The default adapts to the budget: B resident while it fits half of it, its N block halved
+// (down to the micro-kernel's 64-column panels) until it does, else read in place.
 TEST(DotPlan, DefaultsFollowThePinnedBudget) {
   static const auto k = tiled_matmul("dot_plan_budget");
   Tensor x = Tensor::rand({256, 2048}, DType::f32, 1), y = Tensor::rand({2048, 256}, DType::f32, 2);
   for (int64_t l2 : {int64_t(512) << 10, int64_t(1) << 20, int64_t(2) << 20}) {
     auto s = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu", cpu_limits(l2));
-    cpu::CpuPlan p = cpu::refine(driver::lower(s, s.space.default_config()));
-    // B's panel: every K row of a 128-column block, 2048 x 128 floats = 1 MiB.
-    plan::Placement want = l2 >= (int64_t(2) << 20) ? plan::Placement::Resident : plan::Placement::InPlace;
+    config::Config c = s.space.default_config();
+    cpu::CpuPlan p = cpu::refine(driver::lower(s, c));
+    // B's panel: every K row of an N block, 2048 x 128 floats = 1 MiB, 2048 x 64 = 512 KiB.
+    plan::Placement want = l2 >= (int64_t(1) << 20) ? plan::Placement::Resident : plan::Placement::InPlace;
     EXPECT_EQ(p.spec_for_op(p.gemms[0].b.load_op)->placement, want) << "L2 " << l2;
+    EXPECT_EQ(c.integer("block_t1"), l2 == (int64_t(1) << 20) ? 64 : 128) << "L2 " << l2;
     EXPECT_LE(p.fast_memory_bytes, l2);
   }
 }
