@@ -42,6 +42,9 @@ Fairness:
     its output in. This process keeps freed memory (mallopt M_MMAP_MAX=0, M_TRIM_THRESHOLD
     1 GiB) so PyTorch reuses warm pages, as a caching allocator would; --cold-alloc turns that
     off. XLA allocates its buffers on its own path and still faults them in per call.
+  * Huge pages: Deuteron puts tensors of 2 MiB or more on transparent huge pages
+    (madvise), and this process sets THP_MEM_ALLOC_ENABLE=1 so PyTorch's allocator does the
+    same. XLA has no such switch.
   * The machine may be shared: the CPU time other processes used while each kernel was timed
     is reported ("other load", in cores); --wait-quiet waits for a quiet machine first.
 Writes bench.md, bench.csv, bench.json and bench_speedups.png under --out (default results/);
@@ -101,6 +104,10 @@ def setup_process(threads: int, cold_alloc: bool) -> dict:
         flags = (flags + " --xla_cpu_multi_thread_eigen=true").strip()
     os.environ["XLA_FLAGS"] = flags
     env["XLA_FLAGS"] = flags
+    # Deuteron's tensors of 2 MiB or more sit on huge pages (THP "madvise"); torch's allocator
+    # does the same when asked, so both stream through memory with the same TLB reach.
+    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+    env["THP_MEM_ALLOC_ENABLE"] = os.environ["THP_MEM_ALLOC_ENABLE"]
     env["malloc"] = "default (cold)"
     if not cold_alloc:
         try:

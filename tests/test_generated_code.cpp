@@ -83,7 +83,10 @@ TEST(GeneratedCode, StreamingStoresGoThroughARowBuffer) {
   c.set("stores", "stream");
   std::string streamed = s.backend->emit(driver::lower(s, c));
   EXPECT_EQ(cached.find("stream_store"), std::string::npos);
-  EXPECT_NE(streamed.find("row_out0[i_r0] = "), std::string::npos) << streamed;
+  // A 1000-wide row streams out in pieces of dt::kStreamChunk, each at the buffer's start.
+  EXPECT_NE(streamed.find("s_r0 += dt::kStreamChunk"), std::string::npos) << streamed;
+  EXPECT_NE(streamed.find("row_out0[i_r0 - s_r0] = "), std::string::npos) << streamed;
+  EXPECT_NE(streamed.find(" + s_r0, row_out0, e_r0 - s_r0);"), std::string::npos) << streamed;
   EXPECT_NE(streamed.find("dt::stream_store(out0 + "), std::string::npos) << streamed;
   EXPECT_NE(streamed.find("dt::stream_fence();"), std::string::npos) << streamed;
   EXPECT_EQ(streamed, s.backend->emit(driver::lower(s, c)));  // byte-identical when emitted again

@@ -1008,9 +1008,15 @@ class Generator {
     // length; the probe shapes' extents must not decide it).
     bool chunked = !pragma.empty() && !scalar_red.empty() && !range_.count(inner) &&
                    (runtime_whole(inner) || p_.storage_extent(inner) >= 128);
-    std::vector<int> outer(dom.begin(), dom.end() - (chunked ? 1 : 0));
+    // Rows that stream out go in pieces of dt::kStreamChunk: computing a whole row into its
+    // buffer and then streaming it stops the loads while the stores drain, and the other way
+    // round (add 4096x4096: 2.7 ms, slower than plain stores; in pieces 1.9 ms).
+    bool stream_chunked = !chunked && !pragma.empty() && !streamed.empty() && !range_.count(inner) &&
+                          (runtime_whole(inner) || p_.storage_extent(inner) > 256);
+    bool split = chunked || stream_chunked;
+    std::vector<int> outer(dom.begin(), dom.end() - (split ? 1 : 0));
     auto declare = [&](size_t level) {
-      if (level + 1 != dom.size() && !(chunked && level == outer.size())) return;
+      if (level + 1 != dom.size() && !(split && level == outer.size())) return;
       for (const ir::Op* op : scalar_red) {
         const char* type = accumulator_type(op->reduce, k_.value(op->result).dtype);
         line(fmt::format("{} acc{} = {};", type, op->result, identity(op->reduce, k_.value(op->result).dtype)));
@@ -1027,7 +1033,7 @@ class Generator {
       }
       line("}");
     };
-    open_nest(outer, chunked ? "" : pragma, declare);
+    open_nest(outer, split ? "" : pragma, declare);
     if (chunked) {
       const std::string& n = axis(inner);
       std::map<ir::ValueId, std::string> hoisted = hoist_invariants(g, inner);
@@ -1058,11 +1064,29 @@ class Generator {
         if (tracks_nan(*op))
           line(fmt::format("for (int64_t j = 0; j < dt::kReduceChunk; ++j) nan{0} |= nanpart{0}[j];", op->result));
       }
+    } else if (stream_chunked) {
+      const std::string& n = axis(inner);
+      line(fmt::format("for (int64_t s_{0} = 0; s_{0} < n_{0}; s_{0} += dt::kStreamChunk) {{", n));
+      ++indent_;
+      line(fmt::format("const int64_t e_{0} = s_{0} + dt::kStreamChunk < n_{0} ? s_{0} + dt::kStreamChunk : n_{0};", n));
+      line(pragma);
+      line(fmt::format("for (int64_t i_{0} = s_{0}; i_{0} < e_{0}; ++i_{0}) {{", n));
+      ++indent_;
+      stream_piece_ = "s_" + n;
+      emit_body(g, inner, "");
+      --indent_;
+      line("}");
+      range_[inner] = {"s_" + n, "e_" + n};
+      for (const StreamedStore* st : streamed) emit_stream_row(*st);
+      range_.erase(inner);
+      stream_piece_.clear();
+      --indent_;
+      line("}");
     } else {
       emit_body(g, inner, "");
     }
     auto finish = [&](size_t level) {
-      if (level + 1 != dom.size() && !(chunked && level == outer.size())) return;
+      if (level + 1 != dom.size() && !(split && level == outer.size())) return;
       for (const ir::Op* op : scalar_red) {
         DType t = k_.value(op->result).dtype;
         std::string acc = fmt::format("acc{}", op->result);
@@ -1070,9 +1094,10 @@ class Generator {
         if (tracks_nan(*op)) acc = fmt::format("nan{} ? dt::nan() : {}", op->result, acc);
         line(fmt::format("m{}[{}] = {};", op->result, storage_index(op->result), acc));
       }
-      for (const StreamedStore* st : streamed) emit_stream_row(*st);
+      if (!stream_chunked)
+        for (const StreamedStore* st : streamed) emit_stream_row(*st);
     };
-    if (chunked) finish(outer.size());
+    if (split) finish(outer.size());
     close_nest(outer, finish);
     --indent_;
     line("}");
@@ -1111,7 +1136,11 @@ class Generator {
         // precede the update statement itself.
         std::string at = address(op);
         if (const StreamedStore* st = p_.streamed_store(o)) {
-          line(fmt::format("{}[{}] = {};", row_buffer(op), ivar(st->axis), e));
+          // A piece of a row goes to the buffer's start: indexed by its place in the whole row,
+          // the buffer and the inputs share their address bits and stores stall loads (add
+          // 4096x4096: 2.35 -> 1.85 ms).
+          std::string i = stream_piece_.empty() ? ivar(st->axis) : ivar(st->axis) + " - " + stream_piece_;
+          line(fmt::format("{}[{}] = {};", row_buffer(op), i, e));
         } else if (op.atomic_add && ordered(op.tensor)) {
           line(fmt::format("{}[{}] += {};", copy_name(op.tensor), at, e));
         } else {
@@ -1205,8 +1234,8 @@ class Generator {
     ivar_[st.axis] = first;
     std::string at = address(op);
     ivar_.erase(st.axis);
-    line(fmt::format("dt::stream_store({}, {}, {});", at_index(tensor_name(op.tensor), at),
-                     at_index(row_buffer(op), first), count));
+    std::string buffer = stream_piece_.empty() ? at_index(row_buffer(op), first) : row_buffer(op);
+    line(fmt::format("dt::stream_store({}, {}, {});", at_index(tensor_name(op.tensor), at), buffer, count));
   }
 
   static const char* reduce_clause(ir::ReduceFn f) {
@@ -1775,6 +1804,7 @@ class Generator {
   std::set<ir::ValueId> unstored_;  // the scans' results they store: not kept in fast memory
   std::set<int> whole_;  // axes spanning their whole extent here (a resident copy)
   std::map<int, std::pair<std::string, std::string>> range_;  // axis -> [lo, hi) of its block loop
+  std::string stream_piece_;  // the first element of the piece of a row streaming out, if any
 };
 
 }  // namespace

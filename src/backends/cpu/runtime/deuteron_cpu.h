@@ -642,6 +642,8 @@ inline constexpr int64_t kReduceChunk = 32;
 // scratch (L1) and stream_store copies it out: the partial lines at either end with plain
 // stores (they may share a line with a neighbour's row), every whole line in between with
 // vmovntps. Without SSE2 (not x86) it is a plain copy.
+// Elements of a row computed into its buffer before they stream out (1 KiB of f32).
+inline constexpr int64_t kStreamChunk = 256;
 namespace detail {
 DT_INLINE void copy_bytes(char* d, const char* s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] = s[i];
