@@ -403,22 +403,32 @@ TEST(DotPlan, BFloat16OperandsArePacked) {
 TEST(DotPlan, BFloat16PairsWhereTheCpuMultipliesThem) {
   ::setenv("DEUTERON_CXXFLAGS", "-DDT_GEMM_EMULATE_BF16", 1);
   static const auto k = tiled_matmul("dot_bf16_pairs");
-  for (auto s : std::vector<std::vector<int64_t>>{{37, 29, 70}, {1, 1, 1}, {130, 67, 100}}) {
+  // An even K (rows of 32-bit words) lets the pair micro-kernel read A in place.
+  for (auto s : std::vector<std::vector<int64_t>>{{37, 29, 70}, {1, 1, 1}, {130, 67, 100}, {37, 64, 70}}) {
     Tensor x = Tensor::rand({s[0], s[1]}, DType::bf16, 20), y = Tensor::rand({s[1], s[2]}, DType::bf16, 21);
     auto sp = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu");
-    config::Config c = config::Config::parse(R"({"inner_t2_arg0": "stream", "inner_t2_arg1": "resident"})");
-    plan::Plan p = driver::lower(sp, sp.space.complete(c));
-    ASSERT_TRUE(cpu::refine(p).gemms[0].bf16_pairs);
-    EXPECT_NE(backends::get("cpu").emit(p).find("pack_b_pairs"), std::string::npos);
-    for (bool small : {false, true}) {
-      config::Config ci = c;
-      if (small && s[0] > 1) {  // ragged edges in every dim
-        ci.set("block_t0", 8);
-        ci.set("block_t1", 16);
-        ci.set("block_t2", 16);
+    // A streamed (packed as pairs block by block), or in place (its words are the pairs; odd
+    // rows and an odd K are packed panel by panel by the runtime).
+    for (const char* a : {"stream", "in_place"}) {
+      config::Config c = config::Config::parse(fmt::format(R"({{"inner_t2_arg0": "{}", "inner_t2_arg1": "resident"}})", a));
+      plan::Plan p = driver::lower(sp, sp.space.complete(c));
+      cpu::CpuPlan cp = cpu::refine(p);
+      ASSERT_TRUE(cp.gemms[0].bf16_pairs);
+      std::string code = backends::get("cpu").emit(p);
+      EXPECT_NE(code.find("pack_b_pairs"), std::string::npos);
+      bool in_place = std::string(a) == "in_place";
+      EXPECT_EQ(cp.gemms[0].a.read, in_place ? cpu::DotRead::InPlace : cpu::DotRead::Packed);
+      EXPECT_EQ(code.find("a_in_place_bf16") != std::string::npos, in_place);
+      for (bool small : {false, true}) {
+        config::Config ci = c;
+        if (small && s[0] > 1) {  // ragged edges in every dim
+          ci.set("block_t0", 8);
+          ci.set("block_t1", 16);
+          ci.set("block_t2", 16);
+        }
+        auto r = api::run(k, {x, y}, "cpu", ci);
+        expect_close(r.outputs[0], product(x, y, 1, s[0], s[1], s[2]), 1e-5, r.config.dump());
       }
-      auto r = api::run(k, {x, y}, "cpu", ci);
-      expect_close(r.outputs[0], product(x, y, 1, s[0], s[1], s[2]), 1e-5, r.config.dump());
     }
   }
   ::unsetenv("DEUTERON_CXXFLAGS");
