@@ -128,6 +128,44 @@ if [ "$MODE" = cpu ]; then
     fi
   fi
 
+  # A row shorter than any looped reduction block still generalises (its block is legal at the probes).
+  "$BIN" aot softmax --shapes 8x16 --out "$WORK/short" --name short_rows --effort none >"$WORK/short.log" 2>&1
+  grep -q "softmax: 1 tuned variant, 1 general variant for other shapes" "$WORK/short.log" &&
+    ok "softmax built at 8x16 gets a general variant" || bad "softmax at 8x16: $(tail -3 "$WORK/short.log")"
+  # --no-general: the built shape runs, another fails with _NO_VARIANT saying why and what to run.
+  if "$BIN" aot softmax --shapes 8x16 --out "$WORK/exact" --name exact_only --effort none --no-general \
+       >"$WORK/exact.log" 2>&1 && grep -q "softmax: 1 tuned variant, no general variant (built with --no-general" "$WORK/exact.log"; then
+    cat >"$WORK/exact.cpp" <<'EOF'
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include "exact_only.h"
+int main() {
+  float x[9 * 16], out[9 * 16];
+  for (int i = 0; i < 9 * 16; ++i) x[i] = float(i % 16);
+  if (exact_only_softmax(x, out, 8, 16) != EXACT_ONLY_OK) return std::printf("8x16: %s\n", exact_only_last_error()), 1;
+  double sum = 0;  // a row of 0..15: its softmax sums to 1 and rises with x
+  for (int j = 0; j < 16; ++j) sum += out[j];
+  if (std::fabs(sum - 1) > 1e-5 || !(out[15] > out[14])) return std::printf("8x16: row sums to %g\n", sum), 1;
+  int rc = exact_only_softmax(x, out, 9, 16);
+  const char* why = exact_only_last_error();
+  if (rc != EXACT_ONLY_NO_VARIANT || !std::strstr(why, "no variant for 9x16") || !std::strstr(why, "--no-general") ||
+      !std::strstr(why, "build this shape with deuteron aot"))
+    return std::printf("9x16: rc %d, '%s'\n", rc, why), 1;
+  std::printf("%s\n", why);
+  return 0;
+}
+EOF
+    if g++ -std=c++20 -O1 -fopenmp -I"$WORK/exact/include" -I"$WORK/exact/src" "$WORK/exact.cpp" "$WORK"/exact/src/*.cpp \
+         -o "$WORK/exact_consumer" >"$WORK/exact_build.log" 2>&1 && "$WORK/exact_consumer" >"$WORK/exact.run" 2>&1; then
+      ok "--no-general: 8x16 runs, 9x16 fails with _NO_VARIANT: $(cat "$WORK/exact.run")"
+    else
+      bad "--no-general consumer: $(tail -5 "$WORK/exact_build.log") $(cat "$WORK/exact.run" 2>/dev/null)"
+    fi
+  else
+    bad "aot --no-general: $(tail -3 "$WORK/exact.log")"
+  fi
+
   # Bad command lines: clear errors, no crash, nothing written.
   expect_error "unknown kernel" "unknown kernel 'nosuch'" "$BIN" aot nosuch --shapes 4x4 --out "$WORK/x"
   expect_error "hostile kernel name" "unknown kernel" "$BIN" aot 'soft$(touch pwned);max' --shapes 4x4 --out "$WORK/x"
@@ -200,6 +238,28 @@ PYEOF
   else
     bad "aot of every catalogue kernel: $(tail -5 "$WORK/all.log")"
   fi
+fi
+# --no-general: a shape not built raises LookupError, saying why and what to run.
+if "$BIN" aot softmax --target "$TARGET" --shapes 8x16 --out "$WORK/py_exact" --name exact_only --effort none \
+     --no-general >"$WORK/exact.log" 2>&1 &&
+   "$PY" - "$WORK/py_exact" "$TARGET" >"$WORK/exact.run" 2>&1 <<'PYEOF'; then
+import sys
+sys.path.insert(0, sys.argv[1])
+import exact_only
+assert exact_only.variant("softmax", (8, 16)) == ("softmax_8x16", False), exact_only.variant("softmax", (8, 16))
+try:
+    exact_only.variant("softmax", (9, 16))
+except LookupError as e:
+    text = str(e)
+    assert "no module for 9x16 and no general one (built with --no-general" in text, text
+    assert f"deuteron aot softmax --target {sys.argv[2]} --shapes 9x16" in text, text
+    print(text)
+else:
+    raise AssertionError("9x16 found a module")
+PYEOF
+  ok "--no-general: 9x16 raises LookupError: $(tail -1 "$WORK/exact.run")"
+else
+  bad "--no-general ($TARGET): $(tail -3 "$WORK/exact.log") $(tail -5 "$WORK/exact.run" 2>/dev/null)"
 fi
 if ( cd "$WORK" && "$PY" - "$WORK/py" "$TARGET" "$SRC" ) <<'PYEOF'; then ok "$TARGET modules run through the dispatch table and match the reference"; else bad "$TARGET dispatch"; fi
 import sys

@@ -73,12 +73,18 @@ TEST(GeneratedCode, GeneralVariantReadsItsSizes) {
 }
 
 // `stores: stream` writes each output row from a buffer in scratch with dt::stream_store, and
-// fences before the parallel region ends; `cached` (the default) stores in place.
+// fences before the parallel region ends; `cached` stores in place. The default streams only
+// outputs larger than the last-level cache: not 32 KB (any x86 L3 holds it), but 1 GB.
 TEST(GeneratedCode, StreamingStoresGoThroughARowBuffer) {
-  driver::Specialized s = specialize_at("softmax", {130, 1000});
+  driver::Specialized s = specialize_at("softmax", {8, 1000});
   ASSERT_NE(s.space.find("stores"), nullptr);
   EXPECT_EQ(s.space.default_config().text("stores"), "cached");
+  const KernelBase& softmax = *examples::find("softmax").kernel;  // 1 GB, never touched
+  driver::Specialized big =
+      driver::specialize(softmax, frontend::describe_args(softmax, {Tensor::empty({262144, 1024}, DType::f32)}), "cpu");
+  EXPECT_EQ(big.space.default_config().text("stores"), "stream");
   config::Config c = s.space.default_config();
+  c.set("stores", "cached");
   std::string cached = s.backend->emit(driver::lower(s, c));
   c.set("stores", "stream");
   std::string streamed = s.backend->emit(driver::lower(s, c));

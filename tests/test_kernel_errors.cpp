@@ -446,6 +446,18 @@ TEST(KernelErrors, PinnedConfigThatIsNotAnObject) {
   EXPECT_TRUE(mentions(e, "JSON object"));
 }
 
+// Blocks larger than the CPU's fast memory (L2 per thread, at most a few MiB on any x86 part):
+// a FastMemoryError, the ConfigError `deuteron aot` tells apart, saying how much and what to do.
+TEST(KernelErrors, ConfigThatDoesNotFitFastMemory) {
+  const auto& softmax = examples::find("softmax");
+  Tensor x = Tensor::zeros({8, int64_t(1) << 20}, DType::f32);  // 4 MiB rows, 8 per block: 32 MiB
+  auto e = error_of<FastMemoryError>([&] {
+    api::run(*softmax.kernel, {x}, "cpu", config::Config::parse(R"({"block_rows": 8, "reduce_r0": 1048576})"));
+  });
+  EXPECT_TRUE(mentions(e, "of fast memory per thread"));
+  EXPECT_TRUE(e && e->hint().find("smaller blocks") != std::string::npos);
+}
+
 // A bad pinned config names the kernel it belongs to and where the kernel was defined.
 TEST(KernelErrors, PinnedConfigErrorNamesTheKernel) {
   THE_MISTAKE_IS_ON_THE_NEXT_LINE();

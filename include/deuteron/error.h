@@ -25,6 +25,8 @@ class KernelError : public Error { using Error::Error; };
 class ArgumentError : public Error { using Error::Error; };
 // A config (pinned or from the tuner) that is illegal for the kernel or does not fit.
 class ConfigError : public Error { using Error::Error; };
+// A config whose blocks need more fast memory (L2 per thread, VMEM) than the target has.
+class FastMemoryError : public ConfigError { using ConfigError::ConfigError; };
 // The target's toolchain failed (C++ compiler, Python interpreter).
 class CompileError : public Error { using Error::Error; };
 // Anything at run time outside the user's control (I/O, dlopen, worker processes).

@@ -80,9 +80,12 @@ Specialized specialize(const KernelBase& k, const std::vector<frontend::ArgSpec>
 
 namespace {
 // Config errors name the kernel, and where the kernel was defined.
+// A FastMemoryError stays one (deuteron aot shrinks blocks for it).
 [[noreturn]] void rethrow_for(const Specialized& s, const ConfigError& e, const char* what) {
-  throw ConfigError(fmt::format("kernel '{}': {}{}", s.kernel->name(), what, e.message()),
-                    e.where().empty() ? format_location(s.kernel->location()) : e.where(), e.hint());
+  std::string message = fmt::format("kernel '{}': {}{}", s.kernel->name(), what, e.message());
+  std::string where = e.where().empty() ? format_location(s.kernel->location()) : e.where();
+  if (dynamic_cast<const FastMemoryError*>(&e)) throw FastMemoryError(message, where, e.hint());
+  throw ConfigError(message, where, e.hint());
 }
 }  // namespace
 

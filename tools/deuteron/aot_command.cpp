@@ -29,6 +29,7 @@ namespace fs = std::filesystem;
 struct AotOptions {
   std::string kernels, shapes, dtype = "float32", target = "cpu", out, effort = "quick", name = "deuteron_kernels";
   double time_budget = 0;
+  bool no_general = false;  // only the listed shapes: others fail with _NO_VARIANT / LookupError
 };
 
 bool is_identifier(const std::string& s) {
@@ -236,17 +237,18 @@ config::Config fit_near(const driver::Specialized& tuned, const config::Config& 
     try {
       driver::lower(tuned, here);
       return g;
-    } catch (const ConfigError& e) {
-      if (e.message().find("of fast memory per thread") == std::string::npos) return g;  // the probes say why
-      std::string largest;
-      for (const ir::Axis& ax : tuned.ir.axes) {
-        if (ax.kind != ir::AxisKind::Tile || ax.block_param < 0) continue;
-        const std::string& name = tuned.ir.block_params[size_t(ax.block_param)].name;
-        if (g.has(name) && g.integer(name) > 1 && (largest.empty() || g.integer(name) > g.integer(largest))) largest = name;
-      }
-      if (largest.empty()) return g;
-      g.set(largest, g.integer(largest) / 2);
+    } catch (const FastMemoryError&) {  // too large at the tuned shape: halve below
+    } catch (const ConfigError&) {
+      return g;  // illegal there for another reason (a reduction block above its dim): the probes decide
     }
+    std::string largest;
+    for (const ir::Axis& ax : tuned.ir.axes) {
+      if (ax.kind != ir::AxisKind::Tile || ax.block_param < 0) continue;
+      const std::string& name = tuned.ir.block_params[size_t(ax.block_param)].name;
+      if (g.has(name) && g.integer(name) > 1 && (largest.empty() || g.integer(name) > g.integer(largest))) largest = name;
+    }
+    if (largest.empty()) return g;
+    g.set(largest, g.integer(largest) / 2);
   }
 }
 
@@ -319,6 +321,7 @@ aot::Kernel plan_kernel(const examples::Entry& e, const std::vector<std::vector<
       k.no_general = fmt::format("the extent of its axis {} follows no single shape parameter", sa.ir.axes[a].name);
   }
 
+  if (o.no_general) k.no_general = "built with --no-general: only the listed shapes";
   std::vector<driver::Specialized> at_tuned;  // per tuned shape
   for (const std::vector<int64_t>& shape : shapes) {
     std::vector<Arg> args = e.inputs(shape, dt, 1);
@@ -426,9 +429,13 @@ void add_aot_commands(CLI::App& app) {
       ->check(CLI::IsMember({"none", "quick", "full"}));
   c->add_option("--time-budget", o.time_budget, "seconds of tuning per shape at most (default: from --effort)")
       ->check(finite_range(0.1, 86400));
+  c->add_flag("--no-general", o.no_general,
+              "build the listed shapes only, no general variant: a call at another shape fails with _NO_VARIANT "
+              "(LookupError in Python) naming this command");
   c->callback([] {
-    std::string command = fmt::format("deuteron aot {} --shapes {} --dtype {} --target {} --effort {} --name {}",
-                                      o.kernels, o.shapes, o.dtype, o.target, o.effort, o.name);
+    std::string command = fmt::format("deuteron aot {} --shapes {} --dtype {} --target {} --effort {} --name {}{}",
+                                      o.kernels, o.shapes, o.dtype, o.target, o.effort, o.name,
+                                      o.no_general ? " --no-general" : "");
     std::exit(cmd_aot(o, runtime::escaped(command)));
   });
 }

@@ -286,7 +286,7 @@ class Refiner {
     if (!limits_) return;
     p_.fast_memory_budget = limits_->fast_memory_bytes;
     if (bytes > limits_->fast_memory_bytes)
-      throw ConfigError(fmt::format("config {} needs {} KiB of fast memory per thread; the cpu target has {} KiB",
+      throw FastMemoryError(fmt::format("config {} needs {} KiB of fast memory per thread; the cpu target has {} KiB",
                                     p_.config.dump(), (bytes + 1023) / 1024, limits_->fast_memory_bytes / 1024),
                         format_location(k().loc), "use smaller blocks, a looped reduction, or the in_place strategy");
   }

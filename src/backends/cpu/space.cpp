@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "backends/cpu/hardware.h"
 #include "backends/cpu/packing.h"
 #include "backends/cpu/refine.h"
 #include "config/keys.h"
@@ -200,15 +201,25 @@ void extend_space(const ir::Kernel& k, const config::TargetLimits& limits, confi
 
   if (!dots) whole_row_defaults(k, space);
 
-  if (!streamable_stores(k).empty()) {
+  if (std::vector<int> streamable = streamable_stores(k); !streamable.empty()) {
     Tunable t;
     t.name = kStores;
     t.help = "outputs the kernel never reads: cached (plain stores, each line read into the cache "
              "first) or stream (non-temporal stores of whole lines, past the cache)";
     t.values = {kStoresCached, kStoresStream};
-    // Cached by default: streaming wins only for outputs far larger than the cache (add
-    // 4096x4096: 2.18 -> 1.93 ms) and loses for rows re-read soon; the tuner measures both.
-    space.add(t, kStoresCached);
+    // Streamed by default when the outputs are larger than the last-level cache, which they
+    // would leave anyway (same config, chrt -f 1: add 4096x4096 2.18 -> 1.93 ms, softmax
+    // 8192x2560 3.80 -> 3.37, layer_norm 8192x4096 5.30 -> 3.86); cached below, where the
+    // next kernel may still find them there. The tuner measures both.
+    int64_t out_bytes = 0;
+    for (int o : streamable) {
+      const ir::HostTensor& x = k.tensors[size_t(k.ops[size_t(o)].tensor)];
+      int64_t n = dtype_size(x.dtype);
+      for (int64_t d : x.shape) n *= d;
+      out_bytes += n;
+    }
+    int64_t cache = cpu_info().l3_bytes > 0 ? cpu_info().l3_bytes : int64_t(32) << 20;
+    space.add(t, out_bytes > cache ? kStoresStream : kStoresCached);
   }
 
   fit_resident_b(k, limits, space);

@@ -2677,7 +2677,7 @@ Footprint check(const plan::Plan& p, const TpuGeneration& chip) {
       if (in.kind == LoopKind::Unroll)
         params.push_back(fmt::format("or stream the loop over {} ({} = {})", k.axes[size_t(in.axis)].name,
                                      config::keys::inner_loop(k.axes[size_t(in.axis)].name), config::keys::kStream));
-    throw ConfigError(
+    throw FastMemoryError(
         fmt::format("pallas: the config needs {} of VMEM on {} ({}), more than its {} of VMEM per core",
                     human_bytes(f.needed()), chip.name, f.describe(), human_bytes(chip.vmem_bytes)),
         format_location(k.loc),
