@@ -1,7 +1,8 @@
 // welford: layer norm over the last dim of x[M, N] (weight, bias, no eps argument), whose
 // mean and variance come from Welford's streaming algorithm: one pass over column blocks
-// merges each block's (count, mean, M2) into the running ones with the parallel update of
-// Chan et al., so a row never has to fit in one block; a second pass writes the output.
+// merges each block's (count, mean, M2), from hl::var_mean, into the running ones with the
+// parallel update of Chan et al., so a row never has to fit in one block; a second pass writes
+// the output.
 #include "catalogue.h"
 #include "reference_util.h"
 
@@ -25,9 +26,8 @@ static const auto welford = deuteron::kernel(
         for (auto tn : hl::tile(n, {.name = "n"})) {
           auto chunk = x[{tm, tn}];
           auto chunk_count = (tn.end() - tn.begin()).to(DType::f32);  // ragged last block
-          auto chunk_mean = chunk.mean(1);
-          auto d = chunk - chunk_mean.unsqueeze(1);
-          auto chunk_m2 = (d * d).sum(1);
+          auto [chunk_var, chunk_mean] = hl::var_mean(chunk, 1, false, 0);  // biased: M2 / count
+          auto chunk_m2 = chunk_var * chunk_count;
           auto new_count = count + chunk_count;
           auto delta = chunk_mean - mean;
           mean = mean + delta * (chunk_count / new_count);

@@ -361,16 +361,19 @@ TEST(DotPlan, LoopStrategyAppliesToOperandsNotSetThemselves) {
   EXPECT_EQ(placement(R"({"inner_t2": "stream", "inner_t2_arg1": "in_place"})", 0), plan::Placement::Staged);
 }
 
-// The default adapts to the budget: B resident while it fits half of it, else read in place.
+// The default adapts to the budget: B resident while it fits half of it, its N block halved
+// (down to the micro-kernel's 64-column panels) until it does, else read in place.
 TEST(DotPlan, DefaultsFollowThePinnedBudget) {
   static const auto k = tiled_matmul("dot_plan_budget");
   Tensor x = Tensor::rand({256, 2048}, DType::f32, 1), y = Tensor::rand({2048, 256}, DType::f32, 2);
   for (int64_t l2 : {int64_t(512) << 10, int64_t(1) << 20, int64_t(2) << 20}) {
     auto s = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu", cpu_limits(l2));
-    cpu::CpuPlan p = cpu::refine(driver::lower(s, s.space.default_config()));
-    // B's panel: every K row of a 128-column block, 2048 x 128 floats = 1 MiB.
-    plan::Placement want = l2 >= (int64_t(2) << 20) ? plan::Placement::Resident : plan::Placement::InPlace;
+    config::Config c = s.space.default_config();
+    cpu::CpuPlan p = cpu::refine(driver::lower(s, c));
+    // B's panel: every K row of an N block, 2048 x 128 floats = 1 MiB, 2048 x 64 = 512 KiB.
+    plan::Placement want = l2 >= (int64_t(1) << 20) ? plan::Placement::Resident : plan::Placement::InPlace;
     EXPECT_EQ(p.spec_for_op(p.gemms[0].b.load_op)->placement, want) << "L2 " << l2;
+    EXPECT_EQ(c.integer("block_t1"), l2 == (int64_t(1) << 20) ? 64 : 128) << "L2 " << l2;
     EXPECT_LE(p.fast_memory_bytes, l2);
   }
 }
@@ -400,22 +403,32 @@ TEST(DotPlan, BFloat16OperandsArePacked) {
 TEST(DotPlan, BFloat16PairsWhereTheCpuMultipliesThem) {
   ::setenv("DEUTERON_CXXFLAGS", "-DDT_GEMM_EMULATE_BF16", 1);
   static const auto k = tiled_matmul("dot_bf16_pairs");
-  for (auto s : std::vector<std::vector<int64_t>>{{37, 29, 70}, {1, 1, 1}, {130, 67, 100}}) {
+  // An even K (rows of 32-bit words) lets the pair micro-kernel read A in place.
+  for (auto s : std::vector<std::vector<int64_t>>{{37, 29, 70}, {1, 1, 1}, {130, 67, 100}, {37, 64, 70}}) {
     Tensor x = Tensor::rand({s[0], s[1]}, DType::bf16, 20), y = Tensor::rand({s[1], s[2]}, DType::bf16, 21);
     auto sp = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu");
-    config::Config c = config::Config::parse(R"({"inner_t2_arg0": "stream", "inner_t2_arg1": "resident"})");
-    plan::Plan p = driver::lower(sp, sp.space.complete(c));
-    ASSERT_TRUE(cpu::refine(p).gemms[0].bf16_pairs);
-    EXPECT_NE(backends::get("cpu").emit(p).find("pack_b_pairs"), std::string::npos);
-    for (bool small : {false, true}) {
-      config::Config ci = c;
-      if (small && s[0] > 1) {  // ragged edges in every dim
-        ci.set("block_t0", 8);
-        ci.set("block_t1", 16);
-        ci.set("block_t2", 16);
+    // A streamed (packed as pairs block by block), or in place (its words are the pairs; odd
+    // rows and an odd K are packed panel by panel by the runtime).
+    for (const char* a : {"stream", "in_place"}) {
+      config::Config c = config::Config::parse(fmt::format(R"({{"inner_t2_arg0": "{}", "inner_t2_arg1": "resident"}})", a));
+      plan::Plan p = driver::lower(sp, sp.space.complete(c));
+      cpu::CpuPlan cp = cpu::refine(p);
+      ASSERT_TRUE(cp.gemms[0].bf16_pairs);
+      std::string code = backends::get("cpu").emit(p);
+      EXPECT_NE(code.find("pack_b_pairs"), std::string::npos);
+      bool in_place = std::string(a) == "in_place";
+      EXPECT_EQ(cp.gemms[0].a.read, in_place ? cpu::DotRead::InPlace : cpu::DotRead::Packed);
+      EXPECT_EQ(code.find("a_in_place_bf16") != std::string::npos, in_place);
+      for (bool small : {false, true}) {
+        config::Config ci = c;
+        if (small && s[0] > 1) {  // ragged edges in every dim
+          ci.set("block_t0", 8);
+          ci.set("block_t1", 16);
+          ci.set("block_t2", 16);
+        }
+        auto r = api::run(k, {x, y}, "cpu", ci);
+        expect_close(r.outputs[0], product(x, y, 1, s[0], s[1], s[2]), 1e-5, r.config.dump());
       }
-      auto r = api::run(k, {x, y}, "cpu", ci);
-      expect_close(r.outputs[0], product(x, y, 1, s[0], s[1], s[2]), 1e-5, r.config.dump());
     }
   }
   ::unsetenv("DEUTERON_CXXFLAGS");

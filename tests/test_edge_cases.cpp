@@ -13,9 +13,12 @@
 
 #include "api/api.h"
 #include "backends/pallas/backend.h"
+#include "backends/python/runner.h"
+#include "backends/triton/backend.h"
 #include "catalogue.h"
 #include "config_fit.h"
 #include "driver/driver.h"
+#include "test_support.h"
 
 namespace deuteron {
 namespace {
@@ -206,10 +209,11 @@ TEST(EdgeCases, AmaxAndAminPropagateNaNOnPallas) {
   check_extremes("pallas");
 }
 
-// hl::mean and hl::var as building blocks: exact for constant rows, no overflow near the f32
-// limit, torch's inf and NaN semantics, over whole dims and over a tiled dim whose last block
-// is partial (37 columns in blocks of 16).
-const auto moments = deuteron::kernel("moments", [](hl::Tensor x) {
+// hl::mean and hl::var as building blocks, over whole dims and over a tiled dim whose last
+// block is partial (37 and 1000 columns in blocks of 16, and a single column). Pallas takes no
+// block of 16 columns (a TPU block's last dim is a multiple of 128 or whole): there the second
+// mean is over whole rows too.
+std::tuple<hl::Tensor, hl::Tensor, hl::Tensor, hl::Tensor> moments_of(hl::Tensor x, int64_t block) {
   auto mean = hl::empty({x.size(0)}), var = hl::empty({x.size(0)}), biased = hl::empty({x.size(0)}),
        block_mean = hl::empty({x.size(0), x.size(1)});
   for (auto tm : hl::tile(x.size(0))) {
@@ -217,49 +221,145 @@ const auto moments = deuteron::kernel("moments", [](hl::Tensor x) {
     mean[tm] = hl::mean(row, 1);
     var[tm] = hl::var(row, 1);
     biased[tm] = hl::var(row, 1, false, 0);
-    for (auto tn : hl::tile(x.size(1), {.block_size = 16}))
-      block_mean[{tm, tn}] = hl::mean(x[{tm, tn}], 1, true).expand({tm, tn});
+    if (block == 0) block_mean[{tm, hl::all}] = hl::mean(row, 1, true).expand({tm, x.size(1)});
+    else
+      for (auto tn : hl::tile(x.size(1), {.block_size = block}))
+        block_mean[{tm, tn}] = hl::mean(x[{tm, tn}], 1, true).expand({tm, tn});
   }
   return std::make_tuple(mean, var, biased, block_mean);
-});
+}
+const auto moments = deuteron::kernel("moments", [](hl::Tensor x) { return moments_of(x, 16); });
+const auto row_moments = deuteron::kernel("row_moments", [](hl::Tensor x) { return moments_of(x, 0); });
+
+// Row j's element i: where mean and variance go wrong in f32.
+std::vector<std::vector<double>> moment_rows(int64_t n) {
+  constexpr double kMax = std::numeric_limits<float>::max();
+  auto row = [&](auto f) {
+    std::vector<double> r(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) r[size_t(i)] = f(i);
+    return r;
+  };
+  uint64_t state = 7;  // a small LCG: the same spread on every run
+  auto uniform = [&] {
+    return double((state = state * 6364136223846793005ULL + 1442695040888963407ULL) >> 11) * 0x1p-53;
+  };
+  return {
+      row([](int64_t) { return 10000.3; }),  // constant rows: exactly the constant, variance 0
+      row([](int64_t) { return 3e38; }),
+      row([](int64_t) { return -3e38; }),
+      row([&](int64_t) { return kMax; }),
+      row([](int64_t) { return 1e-40; }),  // a denormal
+      row([](int64_t) { return 0.0; }),
+      row([](int64_t i) { return double(i) + 1e4; }),  // an offset ramp
+      row([&](int64_t) { return 1e4 + uniform() - 0.5; }),  // mean 1e4, spread 1: errs with the spread
+      row([&](int64_t) { return -3e4 + uniform(); }),
+      row([](int64_t i) { return 1e-30 * double(i + 1); }),  // tiny deviations (their squares denormal)
+      row([](int64_t i) { return i % 2 ? 3.2e38 : 3.0e38; }),  // near the f32 limit: variance inf
+      row([](int64_t i) { return i % 3 ? 1.5 : -2e37; }),  // large deviations of both signs
+      row([n](int64_t i) { return i == n / 2 ? kInf : 0.0; }),  // mean inf, variance NaN
+      row([n](int64_t i) { return i == n / 2 ? -kInf : 1.0; }),  // mean -inf
+      row([n](int64_t i) { return i == 0 ? kInf : i == n - 1 ? -kInf : 0.0; }),  // NaN (1 column: inf)
+      row([n](int64_t i) { return i == n - 1 ? kNaN : 2.0; }),
+  };
+}
+
+// The f32 answer: the float64 one rounded to f32 (beyond the f32 limit, inf), exact for a
+// constant row, else within `tol`.
+struct Expected {
+  std::vector<double> value, tol;
+  void add(double exact, bool constant, double tol_) {
+    value.push_back(double(float(exact)));
+    tol.push_back(constant ? 0 : tol_);
+  }
+};
+double f32_ulp(double v) {
+  float f = std::abs(float(v));
+  return double(std::nextafter(f, std::numeric_limits<float>::infinity())) - double(f);
+}
+
+void expect_within(const Tensor& got, const Expected& want, const std::string& what) {
+  ASSERT_EQ(got.numel(), int64_t(want.value.size())) << what;
+  int bad = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    double g = got.get(i), w = want.value[size_t(i)];
+    bool ok = std::isnan(w) ? std::isnan(g) : std::isinf(w) ? g == w : std::abs(g - w) <= want.tol[size_t(i)];
+    if (!ok && bad++ < 4)
+      ADD_FAILURE() << what << " [" << i << "]: got " << g << ", want " << w << " within "
+                    << want.tol[size_t(i)];
+  }
+  EXPECT_EQ(bad, 0) << what << ": elements off";
+}
+
+void check_moments(const std::string& target, DType dtype) {
+  for (int64_t n : {37, 1, 1000}) {
+    std::vector<std::vector<double>> rows = moment_rows(n);
+    std::vector<double> flat;
+    for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+    Tensor x = tensor_of(flat, {int64_t(rows.size()), n}, dtype);
+    // Blocks of rows mix the patterns (on the TPU one block of all 16 rows: a 1-d output's
+    // blocks are whole or multiples of 128).
+    const KernelBase& kernel = target == "pallas" ? static_cast<const KernelBase&>(row_moments) : moments;
+    int64_t block = target == "pallas" ? n : 16;
+    config::Config cfg = fit(kernel, {x}, {{"block_t0", target == "pallas" ? x.size(0) : 2}});
+    auto r = api::run(kernel, {x}, target, cfg);
+    Expected mean, var, biased, block_mean;
+    for (int64_t i = 0; i < int64_t(rows.size()); ++i) {
+      // From the values as the target reads them: rounded to bf16 where the input is; XLA on
+      // the cpu flushes denormals to 0, and so does Triton's interpreter converting bf16 ones
+      // (tl.load(x).to(tl.float32)).
+      bool flushed = target == "pallas" || (target == "triton" && dtype == DType::bf16);
+      auto at = [&](int64_t j) {
+        double v = x.get(i * n + j);
+        return flushed && std::abs(v) < std::numeric_limits<float>::min() ? 0.0 : v;
+      };
+      auto stats = [&](int64_t b0, int64_t b1) {
+        double s = 0, ss = 0;
+        for (int64_t j = b0; j < b1; ++j) s += at(j);
+        double mu = s / double(b1 - b0);
+        for (int64_t j = b0; j < b1; ++j) ss += (at(j) - mu) * (at(j) - mu);
+        double lo = at(b0), hi = at(b0);
+        for (int64_t j = b0; j < b1; ++j) lo = std::min(lo, at(j)), hi = std::max(hi, at(j));
+        // A mean within an ulp of the exact one (its rounding to f32 is half of that), and an
+        // error that scales with the spread, not the magnitude: n f32 roundings of it.
+        double mean_tol = f32_ulp(mu) + double(b1 - b0) * 0x1p-24 * (hi - lo);
+        return std::make_tuple(mu, ss, lo == hi && std::isfinite(lo), mean_tol);
+      };
+      auto [mu, ss, constant, mean_tol] = stats(0, n);
+      mean.add(mu, constant, mean_tol);
+      var.add(ss / double(n - 1), constant && n > 1, 1e-5 * ss / double(n - 1));
+      biased.add(ss / double(n), constant, 1e-5 * ss / double(n));
+      for (int64_t j = 0; j < n; ++j) {
+        int64_t b0 = j / block * block;
+        auto [bmu, bss, bconstant, bmean_tol] = stats(b0, std::min(n, b0 + block));
+        block_mean.add(bmu, bconstant, bmean_tol);
+      }
+    }
+    std::string what = fmt::format("{} {} of {} columns: ", target, dtype_name(dtype), n);
+    expect_within(r.outputs[0], mean, what + "mean");
+    expect_within(r.outputs[1], var, what + "var");
+    expect_within(r.outputs[2], biased, what + "biased var");
+    expect_within(r.outputs[3], block_mean, what + "mean over blocks of a tiled dim");
+  }
+}
 
 TEST(EdgeCases, MeanAndVarAreSound) {
-  int64_t n = 37;
-  std::vector<std::vector<double>> rows = {
-      std::vector<double>(size_t(n), 10000.3), std::vector<double>(size_t(n), 3e38),
-      std::vector<double>(size_t(n), -3e38),   std::vector<double>(size_t(n), 1e-40),
-      std::vector<double>(size_t(n), 0.0),     std::vector<double>(size_t(n), 0.0),
-      std::vector<double>(size_t(n), 0.0),     std::vector<double>(size_t(n), 0.0)};
-  for (int64_t j = 0; j < n; ++j) rows[4][size_t(j)] = double(j) + 1e4;  // an offset ramp
-  rows[5][3] = kInf;                                                      // inf among zeros: mean inf
-  rows[6][3] = kInf, rows[6][9] = -kInf;                                  // both: NaN
-  rows[7][30] = kNaN;
-  std::vector<double> flat;
-  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
-  Tensor x = tensor_of(flat, {int64_t(rows.size()), n});
-  auto r = api::run(moments, {x}, "cpu", fit(moments, {x}, {{"block_t0", 2}}));
-  std::vector<double> mean, var, biased, block_mean;
-  for (const auto& row : rows) {
-    double s = 0, ss = 0;
-    for (double v : row) s += v;
-    double mu = s / double(n);
-    for (double v : row) ss += (v - mu) * (v - mu);
-    // Constant rows: exactly the constant (the float64 sum of 3e38s would not overflow either).
-    bool constant = std::all_of(row.begin(), row.end(), [&](double v) { return v == row[0]; });
-    mean.push_back(constant ? double(float(row[0])) : mu);
-    var.push_back(constant ? 0 : std::isnan(mu) || std::isinf(mu) ? kNaN : ss / double(n - 1));
-    biased.push_back(constant ? 0 : std::isnan(mu) || std::isinf(mu) ? kNaN : ss / double(n));
-    for (int64_t j = 0; j < n; ++j) {
-      int64_t b0 = j / 16 * 16, b1 = std::min(n, b0 + 16);
-      double bs = 0;
-      for (int64_t q = b0; q < b1; ++q) bs += row[size_t(q)];
-      block_mean.push_back(constant ? double(float(row[0])) : bs / double(b1 - b0));
-    }
-  }
-  expect_values(r.outputs[0], mean, 1e-6, "mean");
-  expect_values(r.outputs[1], var, 1e-5, "var");
-  expect_values(r.outputs[2], biased, 1e-5, "biased var");
-  expect_values(r.outputs[3], block_mean, 1e-6, "mean over blocks of a tiled dim");
+  check_moments("cpu", DType::f32);
+  check_moments("cpu", DType::bf16);
+}
+
+TEST(EdgeCases, MeanAndVarAreSoundOnPallas) {
+  std::string problem = pallas::environment_problem();
+  ASSERT_TRUE(problem.empty()) << problem;
+  check_moments("pallas", DType::f32);
+  check_moments("pallas", DType::bf16);
+}
+
+TEST(EdgeCases, MeanAndVarAreSoundOnTriton) {
+  std::string problem = python::environment_problem(triton::runner_spec("interpret"));
+  ASSERT_TRUE(problem.empty()) << problem;
+  testing_support::ScopedEnv device("DEUTERON_TRITON_DEVICE", "interpret");
+  check_moments("triton", DType::f32);
+  check_moments("triton", DType::bf16);
 }
 
 // ---- the catalogue on edge-case rows ----------------------------------------------------------

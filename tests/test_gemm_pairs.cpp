@@ -1,9 +1,10 @@
 // The bf16-pair path of deuteron_gemm.h (vdpbf16ps on CPUs with AVX512_BF16), with the
 // instruction emulated (DT_GEMM_EMULATE_BF16) so it is checked on every machine: pair packing
-// from row-major and transposed bf16 operands at odd K and ragged M, N, and block products
-// against exact integer-valued references.
+// from row-major and transposed bf16 operands at odd K and ragged M, N, A read in place as
+// pairs (aligned and not), and block products against exact integer-valued references.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -38,17 +39,25 @@ void check_product(int64_t m, int64_t n, int64_t k, bool a_t, bool b_t, bool acc
   else pack_a_pairs<BF16>(ah.data(), lda, 1, m, k, k, ap.data());
   if (b_t) pack_b_pairs<BF16>(bh.data(), 1, ldb, k, n, k, bp.data());
   else pack_b_pairs<BF16>(bh.data(), ldb, 1, k, n, k, bp.data());
-  const int64_t ldc = n + 3;
-  std::vector<float> c(size_t(m * ldc), 5.0f);
-  gemm(m, n, k, a_packed_pairs(ap.data(), k), b_packed_pairs(bp.data(), k), c.data(), ldc, accumulate);
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double want = accumulate ? 5.0 : 0.0;
-      for (int64_t p = 0; p < k; ++p) want += double(a[size_t(i * k + p)]) * b[size_t(p * n + j)];
-      ASSERT_EQ(c[size_t(i * ldc + j)], float(want))
-          << m << "x" << n << "x" << k << " a_t " << a_t << " b_t " << b_t << " at " << i << ", " << j;
+  // A read in place as pairs too: from its storage, and from a copy one element further on (a
+  // start that is not 4-byte aligned, which the runtime packs panel by panel).
+  std::vector<uint16_t> ah_odd(ah.size() + 1, 0);
+  std::copy(ah.begin(), ah.end(), ah_odd.begin() + 1);
+  const AView as[3] = {a_packed_pairs(ap.data(), k), a_t ? a_in_place_bf16(ah.data(), 1, lda) : a_in_place_bf16(ah.data(), lda, 1),
+                       a_t ? a_in_place_bf16(ah_odd.data() + 1, 1, lda) : a_in_place_bf16(ah_odd.data() + 1, lda, 1)};
+  for (int va = 0; va < 3; ++va) {
+    const int64_t ldc = n + 3;
+    std::vector<float> c(size_t(m * ldc), 5.0f);
+    gemm(m, n, k, as[va], b_packed_pairs(bp.data(), k), c.data(), ldc, accumulate);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double want = accumulate ? 5.0 : 0.0;
+        for (int64_t p = 0; p < k; ++p) want += double(a[size_t(i * k + p)]) * b[size_t(p * n + j)];
+        ASSERT_EQ(c[size_t(i * ldc + j)], float(want)) << m << "x" << n << "x" << k << " a_t " << a_t << " b_t "
+                                                        << b_t << " a view " << va << " at " << i << ", " << j;
+      }
+      for (int64_t j = n; j < ldc; ++j) ASSERT_EQ(c[size_t(i * ldc + j)], 5.0f) << "wrote past N";
     }
-    for (int64_t j = n; j < ldc; ++j) ASSERT_EQ(c[size_t(i * ldc + j)], 5.0f) << "wrote past N";
   }
 }
 

@@ -192,21 +192,21 @@ TEST(GeneratedCode, ExpAfterARunningMaxOverTheWholeRow) {
 }
 
 // A chunked row reduction reads the values it takes from fast memory that stay the same along
-// the row (layer_norm's mean) into scalars before its loops: beside a store to fast memory,
-// GCC left such a chunk loop scalar with the load inside it (softmax, one row per block, 9x
-// slower).
+// the row (layer_norm's centre and deviation scale) into scalars before its loops: beside a
+// store to fast memory, GCC left such a chunk loop scalar with the load inside it (softmax,
+// one row per block, 9x slower).
 TEST(GeneratedCode, ChunkedReductionHoistsRowInvariants) {
   driver::Specialized s = specialize_at("layer_norm", {130, 1000});
   config::Config c = s.space.default_config();
   c.set("block_rows", 1);
   std::string src = s.backend->emit(driver::lower(s, c));
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(src, m, std::regex(R"(const float (h\d+) = m\d+\[i_rows\];\n\s*const float h\d+ = m\d+\[0\];\n\s*const int64_t chunks_r0)")))
+  ASSERT_TRUE(std::regex_search(src, m, std::regex(R"(const float (h\d+) = m\d+\[i_rows\];\n\s*const float h\d+ = m\d+\[i_rows\];\n\s*const int64_t chunks_r0)")))
       << src;
   size_t loops = size_t(m.position(0)), end = src.find("for (int64_t j = 0; j < dt::kReduceChunk; ++j) acc", loops);
   ASSERT_NE(end, std::string::npos) << src;
   std::string chunk_and_rest = src.substr(loops, end - loops);  // the chunk loop and the rest of the row
-  EXPECT_NE(chunk_and_rest.find("(v0 - " + m[1].str() + ")"), std::string::npos) << chunk_and_rest;  // x - mean
+  EXPECT_NE(chunk_and_rest.find("(v0 - " + m[1].str() + ")"), std::string::npos) << chunk_and_rest;  // x - centre
   EXPECT_FALSE(std::regex_search(chunk_and_rest, std::regex(R"(- m\d+\[)"))) << chunk_and_rest;
 }
 

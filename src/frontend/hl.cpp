@@ -1,4 +1,5 @@
 // The tile language's operations: each records itself into the current trace.
+#include <cfloat>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -389,28 +390,68 @@ Tensor count(const Tensor& x, int d, Loc loc) {
   return (Operand(t.end(loc), loc) - Operand(t.begin(loc), loc)).to(DType::f32, loc);
 }
 
+namespace {
+// The corrected two-pass algorithm (Chan, Golub and LeVeque) that hl::mean and hl::var_mean
+// share: one pass for a centre c, a first estimate of the mean; one for s1 = sum(e) (and for
+// var_mean s2 = sum(e^2) in the same loop) over the deviations e = (x - c) * scale; then
+// mean = c + s1 / n / scale and sum((x - mean)^2) = (s2 - s1^2 / n) / scale^2.
+struct Deviations {
+  Tensor n, c, scale;
+  // e, traced anew for each use: each then has one use, so the plan computes it in the loop of
+  // the sum that reads it instead of storing a centred copy of the block.
+  Tensor at(const Tensor& x, const Loc& loc) const {
+    return Operand(Operand(x, loc) - Operand(c, loc), loc) * Operand(scale, loc);
+  }
+};
+Deviations deviations(const Tensor& x, int d, const Loc& loc) {
+  Deviations v;
+  v.n = count(x, d, loc);
+  // c = sum(x * (0.5 / n)) doubled: halved, no partial sum overflows near the f32 limit (the
+  // doubling is clamped to it instead). Where that sum is not finite (an inf or NaN in the row)
+  // c is 0, so the row gives the plain sum's inf, -inf or NaN.
+  Tensor half = sum(Operand(x, loc) * Operand(Operand(0.5, loc) / Operand(v.n, loc), loc), d, true, loc);
+  Tensor finite = Operand(abs(half, loc), loc) < Operand(INFINITY, loc);
+  Tensor doubled = clamp(Operand(Operand(half, loc) * Operand(2.0, loc), loc), Operand(-FLT_MAX, loc),
+                         Operand(FLT_MAX, loc));
+  v.c = where(Operand(finite, loc), Operand(doubled, loc), Operand(0.0, loc));
+  // Deviations from a centre beyond 2^60 are scaled by 2^-60, so that their squares (an ulp of
+  // 3e38 is 2e31) and sums stay finite. A power of two, so the scaling is exact, and one whose
+  // square is a normal f32: XLA turns a / scale / scale into a / (scale * scale), and flushes
+  // denormals.
+  Tensor huge = Operand(abs(v.c, loc), loc) >= Operand(0x1p60, loc);
+  v.scale = where(Operand(huge, loc), Operand(0x1p-60, loc), Operand(1.0, loc));
+  return v;
+}
+}  // namespace
+
+// The deviations from c are small and integral multiples of the smaller ulp of x and c, so
+// the rounding error scales with the values' spread, not their magnitude, and a constant row's
+// deviations all equal one multiple k of its ulp: s1 = n * k ulps is exact while n * k < 2^24
+// (k, c's error in ulps, is at most about n / 32 + 1 on the cpu), and the mean is the constant.
 Tensor mean(const Tensor& x, int d, bool keepdim, Loc loc) {
-  Tensor inv = Operand(1.0, loc) / Operand(count(x, d, loc), loc);
-  if (!is_floating(x.dtype())) return Operand(sum(x, d, keepdim, loc), loc) * Operand(inv, loc);
-  // Shifted by the max p: mean = p + sum((x - p) / n). Exact for a constant row (x - p is 0),
-  // no overflow near the f32 limit (no term exceeds the values' spread / n), and a rounding
-  // error that scales with the spread, not the magnitude, as the plain sum's does. Where p is
-  // not finite (an inf or NaN in the row) the shift is 0: the plain mean, inf, -inf or NaN.
-  Tensor p = amax(x, d, true, loc);
-  Tensor finite = Operand(abs(p, loc), loc) < Operand(INFINITY, loc);
-  Tensor shift = where(Operand(finite, loc), Operand(p, loc), Operand(0.0, loc));
-  Tensor deviation = Operand(x, loc) - Operand(shift, loc);
-  Tensor m = Operand(shift, loc) + Operand(sum(Operand(deviation, loc) * Operand(inv, loc), d, true, loc), loc);
+  if (!is_floating(x.dtype())) return Operand(sum(x, d, keepdim, loc), loc) / Operand(count(x, d, loc), loc);
+  Deviations v = deviations(x, d, loc);
+  Tensor s1 = sum(v.at(x, loc), d, true, loc);
+  Tensor offset = Operand(Operand(s1, loc) / Operand(v.n, loc), loc) / Operand(v.scale, loc);
+  Tensor m = Operand(v.c, loc) + Operand(offset, loc);
   return keepdim ? m : m.squeeze(d, loc);
 }
 
 std::pair<Tensor, Tensor> var_mean(const Tensor& x, int d, bool keepdim, int64_t correction, Loc loc) {
-  Tensor dof = Operand(count(x, d, loc), loc) - Operand(double(correction), loc);
-  Tensor mu = mean(x, d, true, loc);
-  // x - mu traced twice, not once and squared: each has one use, so the plan computes them in
-  // the sum's loop instead of storing a centred copy of the block.
-  Tensor square = Operand(Operand(x, loc) - Operand(mu, loc), loc) * Operand(Operand(x, loc) - Operand(mu, loc), loc);
-  Tensor var = Operand(sum(square, d, true, loc), loc) / Operand(dof, loc);
+  Tensor xf = is_floating(x.dtype()) ? x : x.to(DType::f32, loc);
+  Deviations v = deviations(xf, d, loc);
+  // Traced one after the other, over the same block: the plan sums them in one loop.
+  Tensor s1 = sum(v.at(xf, loc), d, true, loc);
+  Tensor s2 = sum(Operand(v.at(xf, loc), loc) * Operand(v.at(xf, loc), loc), d, true, loc);
+  Tensor offset = Operand(s1, loc) / Operand(v.n, loc);  // of the mean from c, scaled
+  Tensor mu = Operand(v.c, loc) + Operand(Operand(offset, loc) / Operand(v.scale, loc), loc);
+  // s1 * offset is second order in c's error; a constant row's s2 equals it exactly (n * k^2 <
+  // 2^24), and the maximum keeps rounding from making a variance negative (NaN passes).
+  Tensor m2 = maximum(Operand(Operand(s2, loc) - Operand(Operand(s1, loc) * Operand(offset, loc), loc), loc),
+                      Operand(0.0, loc));
+  Tensor dof = Operand(v.n, loc) - Operand(double(correction), loc);
+  Tensor var = Operand(Operand(Operand(m2, loc) / Operand(dof, loc), loc) / Operand(v.scale, loc), loc) /
+               Operand(v.scale, loc);
   if (keepdim) return {var, mu};
   return {var.squeeze(d, loc), mu.squeeze(d, loc)};
 }

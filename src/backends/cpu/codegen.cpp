@@ -1687,7 +1687,9 @@ class Generator {
                                buf, kstride);
       } else {
         Src src = o.load_op >= 0 ? tensor_src(k_.ops[size_t(o.load_op)], rows, cols) : memory_src(o.source, rows, cols);
-        views[x] = x == 0 ? fmt::format("dt::gemm::a_in_place({}, {}, {})", src.ptr, src.rs, src.cs)
+        // bf16 A in place: refine left it unpacked for the pair micro-kernel (Gemm::bf16_pairs).
+        bool bf16 = x == 0 && o.load_op >= 0 && k_.tensors[size_t(k_.ops[size_t(o.load_op)].tensor)].dtype == DType::bf16;
+        views[x] = x == 0 ? fmt::format("dt::gemm::a_in_place{}({}, {}, {})", bf16 ? "_bf16" : "", src.ptr, src.rs, src.cs)
                           : fmt::format("dt::gemm::b_in_place({}, {})", src.ptr, src.rs);
       }
     }

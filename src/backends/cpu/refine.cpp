@@ -104,6 +104,16 @@ class Refiner {
         return x.load_op >= 0 && x.read != DotRead::InPlace && k().tensors[size_t(k().op(x.load_op).tensor)].dtype == DType::bf16;
       };
       g.bf16_pairs = bf16_packed(g.a) && bf16_packed(g.b);
+      // A bf16 A block the dot would pack every time it runs is read in place instead when K
+      // is contiguous: its 32-bit words are already pairs of K steps (the runtime packs what
+      // it cannot read so, panel by panel, and widens it where the CPU has no vdpbf16ps).
+      if (g.bf16_pairs && g.a.read == DotRead::PackInGroup) {
+        const std::vector<int>& vd = k().value(g.a.value).dims;
+        if (vd.back() != ir::kOne && stride_along(k().op(g.a.load_op), vd.back()) == 1) {
+          g.a.read = DotRead::InPlace;
+          g.a.pack_elements = 0;
+        }
+      }
     }
     scratch();
     return std::move(p_);
@@ -122,6 +132,15 @@ class Refiner {
           std::find(grid.axes.begin(), grid.axes.end(), n) != grid.axes.end())
         p_.epilogue_axis = n;
     }
+  }
+
+  // The tensor stride a load steps by along `axis` (the sum where several dims index it).
+  int64_t stride_along(const ir::Op& load, int axis) const {
+    int64_t stride = 0;
+    for (size_t i = 0; i < load.index.size(); ++i)
+      if (load.index[i].kind == ir::Index::Kind::Axis && load.index[i].axis == axis)
+        stride += k().tensors[size_t(load.tensor)].strides[i];
+    return stride;
   }
 
   int64_t extent_of(int axis) const { return axis == ir::kOne ? 1 : p_.storage_extent(axis); }
@@ -272,14 +291,7 @@ class Refiner {
       // B needs its N dim contiguous to be read in place.
       auto unit_cols = [&](bool from_tensor) {
         if (r == 0 || cols == ir::kOne) return true;
-        if (from_tensor) {
-          const ir::Op& lop = k().op(x.load_op);
-          int64_t stride = 0;
-          for (size_t i = 0; i < lop.index.size(); ++i)
-            if (lop.index[i].kind == ir::Index::Kind::Axis && lop.index[i].axis == cols)
-              stride += k().tensors[size_t(lop.tensor)].strides[i];
-          return stride == 1;
-        }
+        if (from_tensor) return stride_along(k().op(x.load_op), cols) == 1;
         std::vector<int> sd = non_one(k().value(x.source).dims);
         return !sd.empty() && sd.back() == cols;
       };

@@ -53,25 +53,69 @@ bool has_subtilable_epilogue(const ir::Kernel& k) {
   return false;
 }
 
+// The block size a default config gives `axis` (its extent when it is not tiled).
+int64_t default_block(const ir::Kernel& k, const config::ConfigSpace& space, int axis) {
+  if (axis == ir::kOne) return 1;
+  const ir::Axis& ax = k.axis(axis);
+  if (ax.kind != ir::AxisKind::Tile) return ax.extent;
+  const ir::BlockParam& bp = k.block_params[size_t(ax.block_param)];
+  return bp.fixed ? bp.fixed : space.default_config().integer(bp.name);
+}
+
+// Bytes of the packed copy of a dot operand resident over its inner loop (every block of the
+// loop's extent), at the default blocks.
+int64_t resident_bytes_of(const ir::Kernel& k, const config::ConfigSpace& space, const config::OperandTunable& o) {
+  const ir::Loop& loop = k.loop(o.loop);
+  const auto& vd = k.value(k.op(o.dot).inputs[size_t(o.operand)]).dims;
+  int64_t rows = 1, cols = 1, batch = 1;
+  for (size_t i = 0; i < vd.size(); ++i) {
+    int64_t e = vd[i] == loop.axes.front() ? k.axis(vd[i]).extent : default_block(k, space, vd[i]);
+    if (i + 1 == vd.size()) cols = e;
+    else if (i + 2 == vd.size()) rows = e;
+    else batch *= e;
+  }
+  return 4 * batch * (o.operand == 0 ? packed_a_elements(rows, cols) : packed_b_elements(rows, cols));
+}
+
+// A B operand that its loop runs along K (matmul's y[k, n]) is packed once and reused across
+// every M block of its column panel while it stays resident; that needs all of K for one N
+// block in half the fast memory (the other half: A's panels in flight, C's block). So N's
+// default block is halved, down to the micro-kernel's panel width (kDotNR), until it fits:
+// 2048 x 64 floats (512 KiB) with a 1 MiB L2, 2048 x 128 with 2 MiB. Measured on the 2-core
+// Zen 5 EPYC (1 MiB L2), matmul 2048^3 f32: blocks 128/128/512 with y streamed 40.0 ms,
+// 128/64/512 with y resident 35.5 ms (chrt -f 1, 2 threads).
+void fit_resident_b(const ir::Kernel& k, const config::TargetLimits& limits, config::ConfigSpace& space) {
+  for (const config::OperandTunable& o : config::operand_tunables(k)) {
+    if (o.operand != 1) continue;
+    const auto& vd = k.value(k.op(o.dot).inputs[1]).dims;
+    if (vd.size() < 2 || vd[vd.size() - 2] != k.loop(o.loop).axes.front() || vd.back() == ir::kOne) continue;
+    const ir::Axis& n = k.axis(vd.back());
+    if (n.kind != ir::AxisKind::Tile || k.block_params[size_t(n.block_param)].fixed) continue;
+    const std::string& name = k.block_params[size_t(n.block_param)].name;
+    const config::Tunable* t = space.find(name);
+    const int64_t was = space.default_config().integer(name);
+    int64_t block = was;
+    while (block > kDotNR && resident_bytes_of(k, space, o) > limits.fast_memory_bytes / 2 && t &&
+           std::count(t->values.begin(), t->values.end(), config::Json(block / 2))) {
+      block /= 2;
+      space.set_default_value(name, block);
+    }
+    if (resident_bytes_of(k, space, o) > limits.fast_memory_bytes / 2) space.set_default_value(name, was);  // no use
+  }
+}
+
 // The default strategy of a tensor a dot reads in an inner loop. A B operand is resident
 // (packed once per grid step, kept while its grid block repeats) while that fits half the fast
 // memory, else read in place when it is f32 with contiguous rows (not 4 KiB apart), else
 // streamed; an A operand is read in place when f32 (the micro-kernel broadcasts it from any
-// layout), else streamed (packed and widened block by block).
+// layout) or bf16 (its words are pairs for vdpbf16ps, else the runtime widens it panel by
+// panel), else streamed (packed and widened block by block).
 std::string operand_default(const ir::Kernel& k, const config::ConfigSpace& space, const config::OperandTunable& o,
                             const config::TargetLimits& limits, int64_t& resident_bytes) {
-  const config::Config& d = space.default_config();
-  auto block_of = [&](int axis) -> int64_t {
-    if (axis == ir::kOne) return 1;
-    const ir::Axis& ax = k.axis(axis);
-    if (ax.kind != ir::AxisKind::Tile) return ax.extent;
-    const ir::BlockParam& bp = k.block_params[size_t(ax.block_param)];
-    return bp.fixed ? bp.fixed : d.integer(bp.name);
-  };
-  const ir::Loop& loop = k.loop(o.loop);
   const ir::Op& load = k.op(o.load);
   const auto& vd = k.value(k.op(o.dot).inputs[size_t(o.operand)]).dims;
-  bool f32 = k.tensors[size_t(load.tensor)].dtype == DType::f32;
+  DType dtype = k.tensors[size_t(load.tensor)].dtype;
+  bool f32 = dtype == DType::f32;
   // In place needs contiguous rows, and rows that do not all land in the same L1 sets (a row
   // stride that is a multiple of 4 KiB would evict the panel as it is read).
   bool unit_cols = false;
@@ -82,19 +126,12 @@ std::string operand_default(const ir::Kernel& k, const config::ConfigSpace& spac
     if (load.index[i].axis == vd[vd.size() - 2]) row_stride = k.tensors[size_t(load.tensor)].strides[i];
   }
   bool aliased = o.operand == 1 && unit_cols && row_stride * 4 % 4096 == 0;
-  int64_t rows = 1, cols = 1, batch = 1;
-  for (size_t i = 0; i < vd.size(); ++i) {
-    int64_t e = vd[i] == loop.axes.front() ? k.axis(vd[i]).extent : block_of(vd[i]);
-    if (i + 1 == vd.size()) cols = e;
-    else if (i + 2 == vd.size()) rows = e;
-    else batch *= e;
-  }
-  int64_t bytes = 4 * batch * (o.operand == 0 ? packed_a_elements(rows, cols) : packed_b_elements(rows, cols));
+  int64_t bytes = resident_bytes_of(k, space, o);
   if (o.operand == 1 && resident_bytes + bytes <= limits.fast_memory_bytes / 2) {
     resident_bytes += bytes;
     return config::keys::kResident;
   }
-  if (o.operand == 0 ? !f32 : (f32 && aliased)) return config::keys::kStream;  // bf16 A, or B rows 4 KiB apart
+  if (o.operand == 0 ? !f32 && dtype != DType::bf16 : (f32 && aliased)) return config::keys::kStream;  // f16 A, or B rows 4 KiB apart
   return config::keys::kInPlace;  // read in place, or packed by the dot where it must be
 }
 
@@ -224,6 +261,7 @@ void extend_space(const ir::Kernel& k, const config::TargetLimits& limits, confi
     space.add(t, out_bytes > cache ? kStoresStream : kStoresCached);
   }
 
+  fit_resident_b(k, limits, space);
   int64_t resident_bytes = 0;
   int last_loop = -1;
   for (const config::OperandTunable& o : config::operand_tunables(k)) {

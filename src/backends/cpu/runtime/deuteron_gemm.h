@@ -20,8 +20,9 @@
 //   zero row more); a panel narrower than NR computes into a tile in memory and copies the valid
 //   columns, reading B from a zero-padded copy when B is not packed.
 // bf16 and f16 operands are widened to f32 when packed, except where the CPU has vdpbf16ps
-// (AVX512_BF16) and both operands of a product are packed bf16: they then stay bf16, packed as
-// pairs of K steps (see "bf16 pairs" below).
+// (AVX512_BF16) and both operands of a product are bf16: they then stay bf16, B packed as pairs
+// of K steps and A packed so or read in place, its 32-bit words being pairs already (see "bf16
+// pairs" below).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,14 @@ inline constexpr int kNV = 4;    // vectors per row of the register tile
 #else
 inline constexpr int kVec = 8;
 inline constexpr int kNV = 2;
+#endif
+// The bf16 pair path (vdpbf16ps, see "bf16 pairs" below): where the CPU has AVX512_BF16, or
+// emulated for tests.
+#if (defined(__AVX512F__) && defined(__AVX512BF16__)) || defined(DT_GEMM_EMULATE_BF16)
+#define DT_GEMM_BF16_PAIRS 1
+#define DT_GEMM_PAIRS_IN_PLACE true
+#else
+#define DT_GEMM_PAIRS_IN_PLACE false
 #endif
 inline constexpr int MR = 6;
 inline constexpr int NR = kVec * kNV;
@@ -154,12 +163,19 @@ DG_INLINE void micro_rows(int rows, int64_t K, const float* a, int64_t a_rs, int
 struct AView {
   const float* p;
   int64_t rs, cs, ps;
-  bool pairs = false;  // packed as bf16 pairs (see pack_a_pairs)
+  bool pairs = false;  // packed as bf16 pairs (see pack_a_pairs), or read in place as pairs
+  // A bf16 block read in place (a_in_place_bf16): element (i, k) at h[i*rs + k*cs]. The pair
+  // path broadcasts its 32-bit words (steps k, k+1 of a row) directly; the f32 path widens one
+  // MR x KC panel at a time into a thread-local buffer.
+  const uint16_t* h = nullptr;
 };
 // A row-major (or any-strided) f32 block read in place: element (i, k) at p[i*rs + k*cs].
 DG_INLINE AView a_in_place(const float* p, int64_t rs, int64_t cs) { return {p, rs, cs, MR * rs, false}; }
 // A packed by pack_a with `kstride` elements of K per panel.
 DG_INLINE AView a_packed(const float* p, int64_t kstride) { return {p, 1, MR, MR * kstride, false}; }
+DG_INLINE AView a_in_place_bf16(const void* p, int64_t rs, int64_t cs) {
+  return {nullptr, rs, cs, MR * rs, DT_GEMM_PAIRS_IN_PLACE, static_cast<const uint16_t*>(p)};
+}
 
 // A B operand: element (k, j) at p[(j / NR)*ps + k*rs + (j % NR)]; `padded`: every panel is
 // readable over all NR columns (packed panels are zero-padded).
@@ -174,6 +190,9 @@ DG_INLINE BView b_packed(const float* p, int64_t kstride) { return {p, NR, NR * 
 
 static inline void gemm_pairs(int64_t M, int64_t N, int64_t K, AView A, BView B, float* __restrict c,
                               int64_t ldc, bool accumulate);
+template <int E>
+static inline void pack_a(const void* src, int64_t rs, int64_t cs, int64_t M, int64_t K, int64_t kstride,
+                          float* __restrict dst);
 
 // C[M x N] (+)= A[M x K] B[K x N], C row-major with row stride ldc. accumulate = false
 // overwrites C (K = 0 then writes zeros). Per chunk of KC steps along K, each A panel (MR x KC,
@@ -191,7 +210,7 @@ static inline void gemm(int64_t M, int64_t N, int64_t K, AView A, BView B, float
     gemm_pairs(M, N, K, A, B, c, ldc, accumulate);
     return;
   }
-  const bool packed_a = A.rs == 1 && A.cs == MR;
+  const bool packed_a = !A.h && A.rs == 1 && A.cs == MR;
   const int64_t last = (N - 1) / NR * NR;  // first column of the last B panel
   const bool narrow = N - last < NR;
   // Edge buffers (140 KiB together) live in thread-local storage, not on the caller's stack:
@@ -211,9 +230,13 @@ static inline void gemm(int64_t M, int64_t N, int64_t K, AView A, BView B, float
     for (int64_t i0 = 0; i0 < M; i0 += MR) {
       const int rows = int(M - i0 < MR ? M - i0 : MR);
       const int run = rows + (rows & 1);  // rows the micro-kernel computes
-      const float* ap = A.p + (i0 / MR) * A.ps + k0 * A.cs;
+      const float* ap = A.h ? nullptr : A.p + (i0 / MR) * A.ps + k0 * A.cs;
       bool pk = packed_a;
-      if (run != rows && !pk) {  // packed panels are zero past M already
+      if (A.h) {  // a bf16 block in place: widen this panel (zero past M)
+        pack_a<BF16>(A.h + i0 * A.rs + k0 * A.cs, A.rs, A.cs, rows, kc, KC, edge_a);
+        ap = edge_a;
+        pk = true;
+      } else if (run != rows && !pk) {  // packed panels are zero past M already
         for (int64_t k = 0; k < kc; ++k)
           for (int i = 0; i < MR; ++i) edge_a[k * MR + i] = i < rows ? ap[i * A.rs + k * A.cs] : 0.0f;
         ap = edge_a;
@@ -373,8 +396,7 @@ static inline void pack_b(const void* src, int64_t rs, int64_t cs, int64_t K, in
 // [k/2*NR + j]; an odd K ends with a zero half. The generated code calls the *_pairs functions
 // only when both operands of a product are bf16 packed copies; without AVX512_BF16 they are
 // the f32 functions above (DT_GEMM_EMULATE_BF16 emulates the instruction, for tests).
-#if (defined(__AVX512F__) && defined(__AVX512BF16__)) || defined(DT_GEMM_EMULATE_BF16)
-#define DT_GEMM_BF16_PAIRS 1
+#if defined(DT_GEMM_BF16_PAIRS)
 
 DG_INLINE uvec splat_u32(uint32_t x) { return uvec{} + x; }
 DG_INLINE uvec load_u32(const uint32_t* p) {
@@ -396,25 +418,37 @@ DG_INLINE vec dot_pairs(vec acc, uvec a, uvec b) {
 #endif
 }
 
-// C[R x NR] (+)= A[R x 2*K2] B[2*K2 x NR] from pair panels (K2 pairs).
-template <int R>
-__attribute__((noinline)) void micro_pairs(int64_t K2, const uint32_t* __restrict a, const uint32_t* __restrict b,
-                                           float* __restrict c, int64_t ldc, bool accumulate) {
+// C[R x NR] (+)= A[R x 2*K2] B[2*K2 x NR] from pair panels (K2 pairs). PACKED_A: A is a pair
+// panel (pair (i, k) at a[k*MR + i]); else A is read in place, pair (i, k) at a[i*a_rs + k]
+// (a bf16 row-major block: its 32-bit words are the pairs).
+template <int R, bool PACKED_A>
+__attribute__((noinline)) void micro_pairs(int64_t K2, const uint32_t* __restrict a, int64_t a_rs,
+                                           const uint32_t* __restrict b, float* __restrict c, int64_t ldc,
+                                           bool accumulate) {
   vec acc[R][kNV];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < kNV; ++j) acc[i][j] = accumulate ? loadu(c + i * ldc + j * kVec) : vec{};
-#pragma GCC unroll 2
-  for (int64_t k = 0; k < K2; ++k) {
-    uvec bv[kNV];
-#pragma GCC unroll 4
-    for (int j = 0; j < kNV; ++j) bv[j] = load_u32(b + k * NR + j * kVec);
+  // Pairs in groups of 16 (a cache line of each A row in place); at each group, prefetch an A
+  // read in place 32 pairs ahead (packed panels and B stream in order: the hardware prefetches).
+  for (int64_t k16 = 0; k16 < K2; k16 += 16) {
+    if constexpr (!PACKED_A) {
 #pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) {
-      uvec av = splat_u32(a[k * MR + i]);
+      for (int i = 0; i < R; ++i) __builtin_prefetch(a + i * a_rs + k16 + 32);
+    }
+    const int64_t kend = k16 + 16 < K2 ? k16 + 16 : K2;
+#pragma GCC unroll 2
+    for (int64_t k = k16; k < kend; ++k) {
+      uvec bv[kNV];
 #pragma GCC unroll 4
-      for (int j = 0; j < kNV; ++j) acc[i][j] = dot_pairs(acc[i][j], av, bv[j]);
+      for (int j = 0; j < kNV; ++j) bv[j] = load_u32(b + k * NR + j * kVec);
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        uvec av = splat_u32(PACKED_A ? a[k * MR + i] : a[i * a_rs + k]);
+#pragma GCC unroll 4
+        for (int j = 0; j < kNV; ++j) acc[i][j] = dot_pairs(acc[i][j], av, bv[j]);
+      }
     }
   }
 #pragma GCC unroll 8
@@ -423,16 +457,45 @@ __attribute__((noinline)) void micro_pairs(int64_t K2, const uint32_t* __restric
     for (int j = 0; j < kNV; ++j) storeu(c + i * ldc + j * kVec, acc[i][j]);
 }
 
+template <int E>
+static inline void pack_a_pairs(const void* src, int64_t rs, int64_t cs, int64_t M, int64_t K, int64_t kstride,
+                                float* __restrict dst);
+
+template <int R>
+DG_INLINE void micro_pairs_a(bool packed_a, int64_t K2, const uint32_t* a, int64_t a_rs, const uint32_t* b,
+                             float* c, int64_t ldc, bool accumulate) {
+  if (packed_a) micro_pairs<R, true>(K2, a, a_rs, b, c, ldc, accumulate);
+  else micro_pairs<R, false>(K2, a, a_rs, b, c, ldc, accumulate);
+}
+
 static inline void gemm_pairs(int64_t M, int64_t N, int64_t K, AView A, BView B, float* __restrict c,
                               int64_t ldc, bool accumulate) {
   alignas(64) float tile[MR * NR];
+  // A bf16 block in place is read as pairs where its rows are contiguous 32-bit words (K
+  // contiguous, an even row stride, a 4-byte aligned start); other panels, an odd row count and
+  // an odd last chunk of K (its last pair needs a zero half) are packed here, panel by panel.
+  alignas(64) static thread_local float edge_a[KC * MR];
+  const bool words = A.h && A.cs == 1 && A.rs % 2 == 0 && reinterpret_cast<uintptr_t>(A.h) % 4 == 0;
   for (int64_t k0 = 0; k0 < K; k0 += KC) {  // KC is even: chunks start on a pair
-    const int64_t kc2 = ((K - k0 < KC ? K - k0 : KC) + 1) / 2;
+    const int64_t kc = K - k0 < KC ? K - k0 : KC;
+    const int64_t kc2 = (kc + 1) / 2;
     const bool acc = accumulate || k0 > 0;
     for (int64_t i0 = 0; i0 < M; i0 += MR) {
       const int rows = int(M - i0 < MR ? M - i0 : MR);
       const int run = rows + (rows & 1);  // packed rows past M are zero
-      const uint32_t* ap = reinterpret_cast<const uint32_t*>(A.p + (i0 / MR) * A.ps) + k0 / 2 * MR;
+      const uint32_t* ap;
+      bool packed_a = true;
+      int64_t a_rs = 0;
+      if (!A.h) {
+        ap = reinterpret_cast<const uint32_t*>(A.p + (i0 / MR) * A.ps) + k0 / 2 * MR;
+      } else if (words && run == rows && kc % 2 == 0) {
+        ap = reinterpret_cast<const uint32_t*>(A.h + i0 * A.rs + k0);
+        a_rs = A.rs / 2;
+        packed_a = false;
+      } else {
+        pack_a_pairs<BF16>(A.h + i0 * A.rs + k0 * A.cs, A.rs, A.cs, rows, kc, KC, edge_a);
+        ap = reinterpret_cast<const uint32_t*>(edge_a);
+      }
       for (int64_t j0 = 0; j0 < N; j0 += NR) {
         const int64_t n = N - j0 < NR ? N - j0 : NR;
         const uint32_t* bp = reinterpret_cast<const uint32_t*>(B.p + (j0 / NR) * B.ps) + k0 / 2 * NR;
@@ -446,9 +509,9 @@ static inline void gemm_pairs(int64_t M, int64_t N, int64_t K, AView A, BView B,
           ld = NR;
         }
         bool a2 = acc || dst == tile;
-        if (run == 6) micro_pairs<6>(kc2, ap, bp, dst, ld, a2);
-        else if (run == 4) micro_pairs<4>(kc2, ap, bp, dst, ld, a2);
-        else micro_pairs<2>(kc2, ap, bp, dst, ld, a2);
+        if (run == 6) micro_pairs_a<6>(packed_a, kc2, ap, a_rs, bp, dst, ld, a2);
+        else if (run == 4) micro_pairs_a<4>(packed_a, kc2, ap, a_rs, bp, dst, ld, a2);
+        else micro_pairs_a<2>(packed_a, kc2, ap, a_rs, bp, dst, ld, a2);
         if (dst == tile)
           for (int i = 0; i < rows; ++i)
             for (int64_t j = 0; j < n; ++j) cp[i * ldc + j] = tile[i * NR + j];
