@@ -111,9 +111,7 @@ bool ordered_adds(const KernelBase& k, const ir::Kernel& ir) {
   for (const ir::Op& op : ir.ops)
     if (op.atomic_add && is_floating(ir.tensors[size_t(op.tensor)].dtype) && !counted[size_t(op.tensor)]) {
       counted[size_t(op.tensor)] = true;
-      int64_t n = 1;
-      for (int64_t d : ir.tensors[size_t(op.tensor)].shape) n *= d;
-      bytes += n * 4;
+      bytes += ir.tensors[size_t(op.tensor)].numel() * 4;
     }
   return bytes <= (int64_t(1) << 20);
 }

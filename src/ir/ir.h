@@ -45,6 +45,12 @@ struct HostTensor {
   // Outputs made by hl::zeros / hl::full in host code: every element is set to this before the
   // kernel's grid runs (each launch, so repeated runs do not accumulate).
   std::optional<Constant> fill;
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
 };
 
 struct ScalarParam {

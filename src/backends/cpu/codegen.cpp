@@ -81,12 +81,6 @@ std::vector<int> ordered_targets(const ir::Kernel& k) {
   return out;
 }
 
-int64_t numel(const ir::HostTensor& t) {
-  int64_t n = 1;
-  for (int64_t d : t.shape) n *= d;
-  return n;
-}
-
 class Generator {
  public:
   Generator(const CpuPlan& p, const GenerateOptions& o)
@@ -248,7 +242,7 @@ class Generator {
       if (!t.fill) continue;
       std::vector<std::string> dims;
       for (size_t d = 0; d < t.shape.size(); ++d) dims.push_back(dim(int(i), d));
-      std::string n = rt_ ? fmt::format("{}", fmt::join(dims, " * ")) : std::to_string(numel(t));
+      std::string n = rt_ ? fmt::format("{}", fmt::join(dims, " * ")) : std::to_string(t.numel());
       DType compute = compute_dtype(t.dtype);
       line(fmt::format("// {} = {}: set before the grid runs", tensor_name(int(i)), t.fill->real == 0 ? "zeros" : "full"));
       line("#pragma omp simd");
@@ -264,13 +258,13 @@ class Generator {
     if (rt_) return "at_" + copy_name(tensor);
     int64_t off = (p_.fast_memory_bytes + 63) / 64 * 64;
     for (int t : ordered_)
-      if (t != tensor) off += (numel(k_.tensors[size_t(t)]) * 4 + 63) / 64 * 64;
+      if (t != tensor) off += (k_.tensors[size_t(t)].numel() * 4 + 63) / 64 * 64;
       else break;
     return std::to_string(off);
   }
   // The elements of a tensor: a number, or in a general variant the product of its dims.
   std::string elements(int tensor) const {
-    if (!rt_) return std::to_string(numel(k_.tensors[size_t(tensor)]));
+    if (!rt_) return std::to_string(k_.tensors[size_t(tensor)].numel());
     std::vector<std::string> dims;
     for (size_t d = 0; d < k_.tensors[size_t(tensor)].shape.size(); ++d) dims.push_back(dim(tensor, d));
     return dims.empty() ? "1" : fmt::format("{}", fmt::join(dims, " * "));
@@ -1915,7 +1909,7 @@ std::string drop_unused_constants(const std::string& source) {
 
 int64_t scratch_per_thread(const plan::Plan& p) {
   int64_t bytes = (p.fast_memory_bytes + 63) / 64 * 64;
-  for (int t : ordered_targets(p.kernel)) bytes += (numel(p.kernel.tensors[size_t(t)]) * 4 + 63) / 64 * 64;
+  for (int t : ordered_targets(p.kernel)) bytes += (p.kernel.tensors[size_t(t)].numel() * 4 + 63) / 64 * 64;
   return bytes;
 }
 

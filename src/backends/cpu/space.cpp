@@ -253,9 +253,7 @@ void extend_space(const ir::Kernel& k, const config::TargetLimits& limits, confi
     int64_t out_bytes = 0;
     for (int o : streamable) {
       const ir::HostTensor& x = k.tensors[size_t(k.ops[size_t(o)].tensor)];
-      int64_t n = dtype_size(x.dtype);
-      for (int64_t d : x.shape) n *= d;
-      out_bytes += n;
+      out_bytes += x.numel() * dtype_size(x.dtype);
     }
     int64_t cache = cpu_info().l3_bytes > 0 ? cpu_info().l3_bytes : int64_t(32) << 20;
     space.add(t, out_bytes > cache ? kStoresStream : kStoresCached);
