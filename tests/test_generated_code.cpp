@@ -142,6 +142,18 @@ TEST(GeneratedCode, RowPassesPrefetchTheNextBlockAndTheirStores) {
   EXPECT_EQ(count(rms, "__builtin_prefetch(&out0[((o_rows + i_rows)) * 1000 + i_r0], 1, 3);"), 1u) << rms;
   EXPECT_EQ(count(rms, "c_r0 += dt::kReduceChunk"), 2u) << rms;
 
+  // cross_entropy reads one logit per row (the label's, a gather) between its max pass and its
+  // exp pass: the exp pass still reads the block a second time, so it prefetches the next rows.
+  // Its loss is a one-element atomic add, which leaves it the row kernels' default (16 KiB of
+  // rows: 4 of 1000 floats; rms_norm_bwd adds whole rows of grad_w per block, keeps larger ones).
+  driver::Specialized ce = specialize_at("cross_entropy", {130, 1000});
+  EXPECT_EQ(ce.space.default_config().integer("block_rows"), 4) << ce.space.default_config().dump();
+  c = config::Config::parse(R"({"block_rows":2,"reduce_r0":256,"reduce_r1":1024})");
+  std::string ce_src = ce.backend->emit(driver::lower(ce, driver::complete(ce, c)));
+  EXPECT_EQ(count(ce_src, "if ((o_rows + B_rows + i_rows) < 130) __builtin_prefetch(&logits[((o_rows + B_rows + i_rows)) * 1000 + i_r1], 0, 3);"), 1u) << ce_src;
+  driver::Specialized bwd = specialize_at("rms_norm_bwd", {130, 1000});
+  EXPECT_GT(bwd.space.default_config().integer("block_rows"), 4) << bwd.space.default_config().dump();
+
   // A general variant guards with the row count it reads at run time.
   driver::Specialized a = specialize_at("softmax", {1031, 2053}), b = specialize_at("softmax", {1037, 2063});
   c = config::Config::parse(R"({"block_rows":1,"reduce_r0":4096,"stores":"cached"})");

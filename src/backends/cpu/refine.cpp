@@ -222,7 +222,11 @@ class Refiner {
             p_.prefetches.push_back({g.ops.front(), l, true});
             prefetched.insert(op.tensor);
           }
-          seen.insert(op.tensor);
+          // A gather (cross_entropy's label logit) reads a few elements, not the block: the
+          // next pass over the rows is still the second read of the block.
+          bool gathers = std::any_of(op.index.begin(), op.index.end(),
+                                     [](const ir::Index& e) { return e.kind == ir::Index::Kind::Gather; });
+          if (!gathers) seen.insert(op.tensor);
         }
         for (int t : seen) ++readers[t];
         for (int o : g.ops) {

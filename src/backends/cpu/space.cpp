@@ -234,11 +234,16 @@ void extend_space(const ir::Kernel& k, const config::TargetLimits& limits, confi
   }
 
   if (!dots) whole_row_defaults(k, space);
-  // Not with atomic adds across rows (rms_norm_bwd's grad_w, cross_entropy's loss): each block
-  // adds its share, so a block of one row adds a whole row for every row (rms_norm_bwd
-  // 8192x4096: 7.76 ms in 1 row, 5.44 in 4).
-  bool atomics = std::any_of(k.ops.begin(), k.ops.end(), [](const ir::Op& op) { return op.atomic_add; });
-  if (!dots && !atomics) row_kernel_defaults(k, space);
+  // Not with atomic adds of rows (rms_norm_bwd's grad_w): each block adds its share, so a block
+  // of one row adds a whole row for every row (rms_norm_bwd 8192x4096: 7.76 ms in 1 row, 5.44 in
+  // 4). Adds of single elements (cross_entropy's loss) cost a block next to nothing: its
+  // 4096x32000 ran 13.2 ms in 1 row (13.4 in 2) against 19.2 in 4, 18.6 in 8 and 23.6 in 512,
+  // the default before (blocks past kPrefetchBlockBytes do not prefetch; chrt -f 1, medians).
+  bool row_atomics = std::any_of(k.ops.begin(), k.ops.end(), [](const ir::Op& op) {
+    return op.atomic_add && std::any_of(op.index.begin(), op.index.end(),
+                                        [](const ir::Index& e) { return e.kind != ir::Index::Kind::Scalar; });
+  });
+  if (!dots && !row_atomics) row_kernel_defaults(k, space);
 
   if (std::vector<int> streamable = streamable_stores(k); !streamable.empty()) {
     Tunable t;
