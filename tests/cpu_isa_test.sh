@@ -25,6 +25,13 @@ done
 roof=$("$BIN" roofline 2>&1)
 check "the roofline is measured with 256-bit vectors" has "$roof" "256-bit SIMD"
 
+# A 32 KiB L1D (a Skylake-SP Xeon's) halves the products' K chunk to 256: K = 777 runs in three
+# full chunks and a ragged one, on both ISAs.
+for isa in avx2 native; do
+  out=$(DEUTERON_CPU_ISA=$isa DEUTERON_L1D_BYTES=32K "$BIN" run matmul --shape 37,777,131 --json --repeat 2 2>&1)
+  check "matmul 37x777x131 is correct with a 32 KiB L1D ($isa)" has "$out" '"correct":true'
+done
+
 # The control: on this machine's own ISA, a CPU with AVX-512 gets zmm code (else nothing to compare).
 unset DEUTERON_CPU_ISA
 native=$("$BIN" run matmul --shapes small --json --repeat 2 2>&1)

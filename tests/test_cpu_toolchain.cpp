@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -110,6 +111,14 @@ TEST_F(CpuToolchain, CpuInfoIsSane) {
     EXPECT_TRUE(info.avx512f);
   }
   EXPECT_EQ(&info, &cpu_info());
+}
+
+// Generated code learns the L1D size from the compile (deuteron_gemm.h's K chunk follows it), so
+// the size is part of the flags and of every cache key built from them.
+TEST_F(CpuToolchain, FlagsCarryTheL1dSize) {
+  const std::vector<std::string> flags = default_flags();
+  const std::string want = "-DDT_L1D_BYTES=" + std::to_string(cpu_info().l1d_bytes);
+  EXPECT_NE(std::find(flags.begin(), flags.end(), want), flags.end()) << want;
 }
 
 TEST_F(CpuToolchain, CompilesLoadsAndCaches) {

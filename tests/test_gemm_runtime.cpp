@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "backends/cpu/packing.h"
 #include "backends/cpu/runtime/deuteron_gemm.h"
 
 namespace {
@@ -14,6 +15,16 @@ namespace {
 using namespace dt::gemm;
 
 uint16_t to_bf16(float f) { return uint16_t(__builtin_bit_cast(uint32_t, f) >> 16); }
+
+// The planner sizes packed copies with the micro-kernel's panel shape; the K chunk follows the L1D.
+TEST(GemmRuntime, TileShapeFollowsTheMachine) {
+  static_assert(MR == deuteron::cpu::kDotMR && deuteron::cpu::kDotNR % NR == 0);
+  EXPECT_EQ(MR * kNV + kNV + 1 <= kRegisters, true);  // C tile, a row of B and a broadcast
+  EXPECT_EQ(chunk_for_l1(48 * 1024), 512);  // Zen 4/5, Ice Lake and later Xeons
+  EXPECT_EQ(chunk_for_l1(32 * 1024), 256);  // Skylake-SP, Cascade Lake
+  EXPECT_EQ(chunk_for_l1(16 * 1024), 128);
+  EXPECT_EQ(chunk_for_l1(int64_t(1) << 20), 512);
+}
 
 TEST(GemmRuntime, PackALayouts) {
   std::mt19937 rng(1);

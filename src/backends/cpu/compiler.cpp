@@ -194,6 +194,8 @@ std::vector<std::string> default_flags() {
                                     "-shared", "-std=c++20",   "-fno-math-errno", "-ffp-contract=fast"};
   // -mno-avx512f also turns off every AVX-512 extension that builds on it (BW, VL, BF16, FP16).
   if (cpu_info().isa_limit == "avx2") flags.push_back("-mno-avx512f");
+  // The matrix products' K chunk follows the L1D (deuteron_gemm.h's KC).
+  flags.push_back("-DDT_L1D_BYTES=" + std::to_string(cpu_info().l1d_bytes));
   if (const char* extra = std::getenv("DEUTERON_CXXFLAGS")) {
     std::vector<std::string> words = split_words(extra);
     warn_about_fp_flags(words);

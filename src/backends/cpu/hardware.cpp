@@ -173,6 +173,7 @@ CpuInfo detect() {
   if (info.l3_bytes <= 0) info.l3_bytes = 32 * MiB;
   // At least a page of scratch per thread, at most a TiB.
   if (auto v = runtime::env_bytes("DEUTERON_L2_BYTES", 4 * KiB, int64_t(1) << 40)) info.l2_bytes = *v;
+  if (auto v = runtime::env_bytes("DEUTERON_L1D_BYTES", 4 * KiB, 16 * MiB)) info.l1d_bytes = *v;
   return info;
 }
 

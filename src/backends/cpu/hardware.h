@@ -26,7 +26,8 @@ struct CpuInfo {
   std::string features_key;
 };
 
-// Read once with CPUID. $DEUTERON_L2_BYTES overrides l2_bytes; $DEUTERON_CPU_ISA=avx2 masks AVX-512.
+// Read once with CPUID. $DEUTERON_L2_BYTES and $DEUTERON_L1D_BYTES override l2_bytes and
+// l1d_bytes; $DEUTERON_CPU_ISA=avx2 masks AVX-512.
 const CpuInfo& cpu_info();
 
 // One bandwidth figure over samples, in GB/s: the fastest sample (the figure kept, as STREAM

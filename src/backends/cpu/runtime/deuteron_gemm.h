@@ -34,11 +34,13 @@
 namespace dt::gemm {
 
 #if defined(__AVX512F__)
-inline constexpr int kVec = 16;  // floats per vector register
-inline constexpr int kNV = 4;    // vectors per row of the register tile
+inline constexpr int kVec = 16;        // floats per vector register
+inline constexpr int kNV = 4;          // vectors per row of the register tile
+inline constexpr int kRegisters = 32;  // zmm0-31
 #else
 inline constexpr int kVec = 8;
 inline constexpr int kNV = 2;
+inline constexpr int kRegisters = 16;  // ymm0-15
 #endif
 // The bf16 pair path (vdpbf16ps, see "bf16 pairs" below): where the CPU has AVX512_BF16, or
 // emulated for tests.
@@ -48,11 +50,25 @@ inline constexpr int kNV = 2;
 #else
 #define DT_GEMM_PAIRS_IN_PLACE false
 #endif
-inline constexpr int MR = 6;
+// The register tile: MR rows of kNV vectors of C, plus one row of B (kNV vectors) and one
+// broadcast of A, as many rows as the register file holds: 6 with AVX-512's 32 registers and
+// with AVX2's 16 (the edge kernels below take 4 and 2 rows, so MR must stay 6).
+inline constexpr int MR = (kRegisters - kNV - 1) / kNV;
+static_assert(MR == 6, "the edge micro-kernels assume 6-row panels");
 inline constexpr int NR = kVec * kNV;
 // K is processed in chunks of KC: an A panel (MR x KC floats) stays in L1 while the micro-kernel
-// sweeps the B panels; longer chunks load and store each C tile less often.
-inline constexpr int64_t KC = 512;
+// sweeps the B panels; longer chunks load and store each C tile less often. The panel takes at
+// most a quarter of the L1D the compiler passes in (DT_L1D_BYTES, from CPUID), leaving the rest
+// to B's rows and C's tile: 512 with a 48 KiB L1D, 256 with 32 KiB.
+#ifndef DT_L1D_BYTES
+#define DT_L1D_BYTES 49152
+#endif
+DG_INLINE constexpr int64_t chunk_for_l1(int64_t l1d_bytes) {
+  int64_t kc = 128;
+  while (kc < 512 && MR * (2 * kc) * int64_t(sizeof(float)) <= l1d_bytes / 4) kc *= 2;
+  return kc;
+}
+inline constexpr int64_t KC = chunk_for_l1(DT_L1D_BYTES);
 
 typedef float vec __attribute__((vector_size(kVec * 4)));
 typedef float vec_u __attribute__((vector_size(kVec * 4), aligned(4)));
