@@ -1043,6 +1043,21 @@ def write_reports(result, out: Path, no_plot: bool) -> None:
     log("geomeans: " + ", ".join(f"{k} {fmt_x(v)}" for k, v in g.items()))
 
 
+def append_scaling(args, out: Path) -> bool:
+    """bench/scaling.py into `out` (scaling.md, .json, .png), its report appended to bench.md."""
+    cmd = [sys.executable, str(REPO / "bench" / "scaling.py"), "--deuteron", args.deuteron, "--out", str(out)]
+    if args.no_plot:
+        cmd.append("--no-plot")
+    log("scaling: " + " ".join(cmd[1:]))
+    if subprocess.run(cmd).returncode != 0:
+        log("scaling.py failed: bench.md has no scaling section")
+        return False
+    with open(out / "bench.md", "a") as f:
+        f.write("\n" + (out / "scaling.md").read_text())
+    log(f"appended {out / 'scaling.md'} to {out / 'bench.md'}")
+    return True
+
+
 # ---- main ----------------------------------------------------------------------------------------
 
 def main(argv=None) -> int:
@@ -1087,6 +1102,9 @@ def main(argv=None) -> int:
                          "seconds), so the roofline fractions are of this run's machine state; cached: its "
                          "cached figures")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--scaling", action="store_true",
+                    help="after the table, run bench/scaling.py (softmax, matmul, attention at five sizes on "
+                         "one core and two, about 5 minutes) into --out and append its report to bench.md")
     ap.add_argument("--from-json", metavar="FILE",
                     help="measure nothing: rewrite the reports under --out from an earlier bench.json")
     args = ap.parse_args(argv)
@@ -1208,6 +1226,8 @@ def main(argv=None) -> int:
 
     write_reports(result, Path(args.out), args.no_plot)
     shutil.rmtree(snap_dir, ignore_errors=True)
+    if args.scaling and not append_scaling(args, Path(args.out)):
+        return 1
     if args.json:
         print(json.dumps(result, default=str))
     bad = [r["kernel"] for r in rows

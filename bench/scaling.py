@@ -134,13 +134,13 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "scaling.json").write_text(json.dumps(result, indent=1) + "\n")
-    write_markdown(out / "scaling.md", result)
     plotted = not args.no_plot and write_plot(out / "scaling.png", result)
+    write_markdown(out / "scaling.md", result, plotted)
     log(f"wrote {out / 'scaling.md'}, scaling.json" + (", scaling.png" if plotted else ""))
     return 0 if all(v["correct"] for r in rows for v in r["threads"].values()) else 1
 
 
-def write_markdown(path, result):
+def write_markdown(path, result, plotted):
     meta = result["meta"]
     L = ["# Deuteron CPU scaling: time against work, one and two threads", "",
          f"{meta['date']}; {meta['rounds']} interleaved rounds of `deuteron run --repeat {meta['repeat']}`, "
@@ -160,6 +160,8 @@ def write_markdown(path, result):
         cells.append(f"{r['speedup_2_over_1']:.2f}x")
         L.append("| " + " | ".join(cells) + " |")
     L += ["", f"Command: `{meta['command']}` ({meta['wall_s']:.0f} s)."]
+    if plotted:
+        L += ["", "![time against work, one and two threads](scaling.png)"]
     Path(path).write_text("\n".join(L) + "\n")
 
 
