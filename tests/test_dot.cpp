@@ -378,6 +378,41 @@ TEST(DotPlan, DefaultsFollowThePinnedBudget) {
   }
 }
 
+// A resident B that no grid index selects (every grid step reads all of y[k, :], as
+// matmul_layernorm does) is packed at a thread's first step and reused by all its others: only
+// one packed column panel of it counts against the L2, the whole copy against the thread's share
+// of the L3 (512 KiB here: within any x86 server L3's eighth). Pinned L2 of 512 KiB: the copy
+// alone fills it, a 128 KiB panel fits; at 64 KiB the panel does not.
+TEST(DotPlan, GridInvariantResidentCopyLivesInTheLastLevelCache) {
+  static const auto k = deuteron::kernel("dot_plan_whole_n", [](hl::Tensor x, hl::Tensor y) {
+    auto out = hl::empty({x.size(0), y.size(1)});
+    for (auto tm : hl::tile(x.size(0))) {
+      auto acc = hl::zeros({tm, y.size(1)});
+      for (auto tk : hl::tile(x.size(1))) acc = hl::dot(x[{tm, tk}], y[{tk, hl::all}], acc);
+      out[{tm, hl::all}] = acc;
+    }
+    return out;
+  });
+  Tensor x = Tensor::rand({301, 512}, DType::f32, 1), y = Tensor::rand({512, 256}, DType::f32, 2);
+  auto s = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu", cpu_limits(512 << 10));
+  config::Config c = s.space.complete(config::Config::parse(R"({"inner_t1_arg1": "resident", "num_threads": 2})"));
+  c.set("block_t1", 512);
+  cpu::CpuPlan p = cpu::refine(driver::lower(s, c), cpu_limits(512 << 10));
+  const plan::BlockSpec* b = p.spec_for_op(p.gemms[0].b.load_op);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->placement, plan::Placement::Resident) << c.dump();
+  EXPECT_TRUE(b->reuse && b->reuse_axes.empty()) << c.dump();
+  EXPECT_GT(p.fast_memory_bytes, int64_t(512) << 10);  // the scratch holds the whole copy
+  EXPECT_THROW(cpu::refine(driver::lower(s, c), cpu_limits(64 << 10)), FastMemoryError);
+  // Correct at a ragged M (301: 10 blocks of 32 and one of 13), against a float64 loop.
+  std::vector<double> want(size_t(301 * 256), 0.0);
+  for (int64_t i = 0; i < 301; ++i)
+    for (int64_t q = 0; q < 512; ++q)
+      for (int64_t j = 0; j < 256; ++j) want[size_t(i * 256 + j)] += double(x.get(i * 512 + q)) * double(y.get(q * 256 + j));
+  auto r = api::run(k, {x, y}, "cpu", c);
+  expect_close(r.outputs[0], want, 1e-5, c.dump());
+}
+
 TEST(DotPlan, BFloat16OperandsArePacked) {
   static const auto k = deuteron::kernel("dot_plan_bf16", [](hl::Tensor x, hl::Tensor y) {
     auto out = hl::empty({x.size(0), y.size(1)});

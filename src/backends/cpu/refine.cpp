@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "backends/cpu/hardware.h"
 #include "backends/cpu/packing.h"
 #include "backends/cpu/space.h"
 #include "deuteron/error.h"
@@ -376,6 +377,24 @@ class Refiner {
     }
     for (const StreamedStore& s : p_.streamed) bytes += round64(s.elements * dtype_size(k().tensors[size_t(k().op(s.op).tensor)].dtype));
     p_.fast_memory_bytes = bytes;
+    // A resident packed copy that no grid index selects (matmul_layernorm's y[k, all]: every grid
+    // step reads all of it) is packed at a thread's first step and reused by all its others. The
+    // micro-kernel works on one packed column panel of it at a time, which must fit the L2 with
+    // the rest; the whole copy may live in the thread's share of the last-level cache.
+    int64_t l3_share = (cpu_info().l3_bytes > 0 ? cpu_info().l3_bytes : int64_t(32) << 20) / 2 /
+                       std::max(p_.threads, 1);
+    for (size_t i = 0; i < p_.operands.size(); ++i) {
+      const plan::BlockSpec& s = p_.operands[i];
+      const Staging& st = p_.staging[i];
+      if (s.placement != plan::Placement::Resident || st.dot < 0 || st.dot_operand != 1 || !s.reuse ||
+          !s.reuse_axes.empty() || st.fast_bytes > l3_share)
+        continue;
+      const std::vector<int>& vd = k().value(k().op(s.op).result).dims;
+      int64_t panel = round64(packed_b_elements(k().axis(vd[vd.size() - 2]).extent, kDotNR) * 4);
+      if (panel >= st.fast_bytes) continue;
+      bytes -= round64(st.fast_bytes) - panel;
+      p_.l3_resident_bytes += round64(st.fast_bytes);
+    }
     if (!limits_) return;
     p_.fast_memory_budget = limits_->fast_memory_bytes;
     if (bytes > limits_->fast_memory_bytes)
@@ -414,6 +433,10 @@ std::string describe(const CpuPlan& p) {
                        operand(g.a), operand(g.b),
                        g.bf16_pairs ? ", both packed as bf16 (pairs of K steps for vdpbf16ps where the CPU has it)" : "");
   }
+  if (p.l3_resident_bytes > 0)
+    out += fmt::format("    {} KiB of the scratch: resident copies every grid step reads whole, packed at a thread's first "
+                       "step and kept in the L3 (one column panel at a time in the L2)\n",
+                       (p.l3_resident_bytes + 1023) / 1024);
   if (p.grid_group > 1) out += fmt::format("    grid traversal in groups of {}\n", p.grid_group);
   if (p.epilogue_subtiles > 1 && p.epilogue_axis >= 0)
     out += fmt::format("    epilogue in {} sub-tiles along {}\n", p.epilogue_subtiles, k.axis(p.epilogue_axis).name);

@@ -91,6 +91,9 @@ struct CpuPlan : plan::Plan {
   int epilogue_axis = -1;
   std::vector<StreamedStore> streamed;
   std::vector<RowPrefetch> prefetches;
+  // Scratch bytes of resident packed copies no grid index selects, checked against the thread's
+  // share of the last-level cache instead of the L2 (one column panel each counts there).
+  int64_t l3_resident_bytes = 0;
 
   const Gemm* gemm_for_op(int op) const;
   const StreamedStore* streamed_store(int op) const;
