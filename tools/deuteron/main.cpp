@@ -180,7 +180,7 @@ int cmd_run(const RunOptions& o) {
               {"dtype", dtype_name(dt)}, {"config", r.config.to_json()}, {"config_origin", r.origin},
               {"correct", o.check ? Json(correct) : Json()},   {"max_abs_err", o.check ? Json(max_err) : Json()},
               {"median_ms", med},
-              {"runs", ms.size()},    {"gbps", gbps},             {"gflops", gflops},
+              {"runs", ms.size()},    {"times_ms", ms},           {"gbps", gbps},             {"gflops", gflops},
               {"compiled", compiled}, {"tuned", r.tuned},         {"roofline_fraction", fraction},
               {"source", r.exe->source_path}};
     if (!device.empty()) j["device"] = device;
