@@ -87,8 +87,23 @@ def log(msg: str) -> None:
 
 # ---- environment, before torch and jax are imported --------------------------------------------
 
-def setup_process(threads: int, cold_alloc: bool) -> dict:
-    env = {}
+# What `--isa avx2` sets for each system, so that every one of them runs 256-bit code on an
+# AVX-512 machine (as on a CPU that has AVX2 only). XLA's flag reaches only the loops it
+# generates: its library GEMMs (Eigen) still pick AVX-512 at run time.
+ISA_ENV = {"avx2": {"DEUTERON_CPU_ISA": "avx2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+                    "ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2"}}
+ISA_XLA_FLAG = {"avx2": "--xla_cpu_max_isa=AVX2"}
+
+
+def setup_process(threads: int, cold_alloc: bool, isa: str = "native") -> dict:
+    env = {"isa": isa}
+    for k, v in ISA_ENV.get(isa, {}).items():
+        os.environ[k] = v
+    if isa != "native":
+        # Inductor's cache key leaves out ATEN_CPU_CAPABILITY: kernels it compiled for AVX-512 come
+        # back from the cache and return wrong results (caught by the check). A cache of its own:
+        user = os.environ.get("USER") or str(os.getuid())
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"torchinductor_{user}_{isa}"))
     cpus = sorted(os.sched_getaffinity(0))
     if threads < len(cpus):
         os.sched_setaffinity(0, cpus[:threads])
@@ -102,6 +117,8 @@ def setup_process(threads: int, cold_alloc: bool) -> dict:
     flags = os.environ.get("XLA_FLAGS", "")
     if "xla_cpu_multi_thread_eigen" not in flags:
         flags = (flags + " --xla_cpu_multi_thread_eigen=true").strip()
+    if isa in ISA_XLA_FLAG:
+        flags = f"{flags} {ISA_XLA_FLAG[isa]}"
     os.environ["XLA_FLAGS"] = flags
     env["XLA_FLAGS"] = flags
     # Deuteron's tensors of 2 MiB or more sit on huge pages (THP "madvise"); torch's allocator
@@ -749,7 +766,8 @@ def write_markdown(path, result):
     L = []
     L.append(f"# Deuteron vs PyTorch eager, torch.compile and jax.jit ({meta['shapes']} shapes, float32)")
     L.append("")
-    L.append(f"{meta['date']} on {meta['cpu']} ({meta['threads']} threads everywhere); "
+    isa = f", {meta['isa']} code only (`--isa`)" if meta.get("isa", "native") != "native" else ""
+    L.append(f"{meta['date']} on {meta['cpu']} ({meta['threads']} threads everywhere{isa}); "
              f"torch {meta['torch']}, jax {meta['jax']}; Deuteron config per kernel in brackets. "
              f"Median ms over {meta['rounds']} interleaved rounds x {meta['repeat']} runs. "
              f"Speedup = baseline time / Deuteron time (> 1: Deuteron faster).")
@@ -904,7 +922,7 @@ def write_markdown(path, result):
     L.append("")
     L.append("## Setup")
     L.append("")
-    for k in ("command", "deuteron", "deuteron_before", "threads", "affinity", "xla_pool_threads", "XLA_FLAGS", "malloc",
+    for k in ("command", "deuteron", "deuteron_before", "threads", "isa", "torch_cpu_capability", "affinity", "xla_pool_threads", "XLA_FLAGS", "malloc",
               "load_before", "load_after", "wall_s", "deuteron_outputs"):
         if k in meta:
             L.append(f"- {k}: {meta[k]}")
@@ -1068,6 +1086,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=5, help="timed runs per system per round (default 5)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     ap.add_argument("--threads", type=int, default=2, help="threads for every system (default 2)")
+    ap.add_argument("--isa", choices=["native", "avx2"], default="native",
+                    help="avx2: every system runs as on an AVX2-only CPU (Deuteron via DEUTERON_CPU_ISA, "
+                         "PyTorch via ATEN_CPU_CAPABILITY, MKL and oneDNN limits, XLA's --xla_cpu_max_isa)")
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ap.add_argument("--out", default=str(REPO / "results"), help="folder for bench.{md,csv,json,png}")
     ap.add_argument("--deuteron", default=str(REPO / "build" / "deuteron"), help="the deuteron binary")
@@ -1120,7 +1141,7 @@ def main(argv=None) -> int:
 
     t_start = time.perf_counter()
     load_before = os.getloadavg()
-    penv = setup_process(args.threads, args.cold_alloc)
+    penv = setup_process(args.threads, args.cold_alloc, args.isa)
 
     snap_dir = Path(tempfile.mkdtemp(prefix="deuteron-bench-bin-"))
     try:
@@ -1208,7 +1229,8 @@ def main(argv=None) -> int:
         "systems": systems, "cpu": roofline.get("cpu", platform.processor()), "roofline": roofline,
         "torch": torch.__version__, "jax": jax.__version__, "python": platform.python_version(),
         "deuteron": tools[0]["info"], "affinity": penv["affinity"], "XLA_FLAGS": penv["XLA_FLAGS"],
-        "malloc": penv["malloc"], "torch_threads": torch.get_num_threads(),
+        "malloc": penv["malloc"], "torch_threads": torch.get_num_threads(), "isa": penv["isa"],
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "xla_pool_threads": ctx.get("xla_pool_threads"),
         **({"deuteron_before": tools[1]["info"]} if len(tools) > 1 else {}),
         "deuteron_outputs": ("compared with the float64 evaluation (deuteron run --save-outputs)"
