@@ -87,19 +87,21 @@ def log(msg: str) -> None:
 
 # ---- environment, before torch and jax are imported --------------------------------------------
 
-# What `--isa avx2` sets for each system, so that every one of them runs 256-bit code on an
-# AVX-512 machine (as on a CPU that has AVX2 only). XLA's flag reaches only the loops it
-# generates: its library GEMMs (Eigen) still pick AVX-512 at run time.
-ISA_ENV = {"avx2": {"DEUTERON_CPU_ISA": "avx2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-                    "ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2"}}
-ISA_XLA_FLAG = {"avx2": "--xla_cpu_max_isa=AVX2"}
+# What `--isa avx2` sets, so that every system runs 256-bit code on an AVX-512 machine (as on a
+# CPU that has AVX2 only): environment variables (oneDNN reads either spelling, by version) and an
+# XLA flag, which reaches only the loops XLA generates: its library GEMMs (Eigen) still pick
+# AVX-512 at run time.
+ISA_LIMITS = {"avx2": {"env": {"DEUTERON_CPU_ISA": "avx2", "ATEN_CPU_CAPABILITY": "avx2",
+                               "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                               "DNNL_MAX_CPU_ISA": "AVX2"},
+                       "xla_flag": "--xla_cpu_max_isa=AVX2"}}
 
 
 def setup_process(threads: int, cold_alloc: bool, isa: str = "native") -> dict:
     env = {"isa": isa}
-    for k, v in ISA_ENV.get(isa, {}).items():
-        os.environ[k] = v
-    if isa != "native":
+    limit = ISA_LIMITS.get(isa)
+    if limit:
+        os.environ.update(limit["env"])
         # Inductor's cache key leaves out ATEN_CPU_CAPABILITY: kernels it compiled for AVX-512 come
         # back from the cache and return wrong results (caught by the check). A cache of its own:
         user = os.environ.get("USER") or str(os.getuid())
@@ -117,8 +119,8 @@ def setup_process(threads: int, cold_alloc: bool, isa: str = "native") -> dict:
     flags = os.environ.get("XLA_FLAGS", "")
     if "xla_cpu_multi_thread_eigen" not in flags:
         flags = (flags + " --xla_cpu_multi_thread_eigen=true").strip()
-    if isa in ISA_XLA_FLAG:
-        flags = f"{flags} {ISA_XLA_FLAG[isa]}"
+    if limit:
+        flags = f"{flags} {limit['xla_flag']}"
     os.environ["XLA_FLAGS"] = flags
     env["XLA_FLAGS"] = flags
     # Deuteron's tensors of 2 MiB or more sit on huge pages (THP "madvise"); torch's allocator
@@ -922,8 +924,8 @@ def write_markdown(path, result):
     L.append("")
     L.append("## Setup")
     L.append("")
-    for k in ("command", "deuteron", "deuteron_before", "threads", "isa", "torch_cpu_capability", "affinity", "xla_pool_threads", "XLA_FLAGS", "malloc",
-              "load_before", "load_after", "wall_s", "deuteron_outputs"):
+    for k in ("command", "deuteron", "deuteron_before", "threads", "isa", "torch_cpu_capability", "affinity",
+              "xla_pool_threads", "XLA_FLAGS", "malloc", "load_before", "load_after", "wall_s", "deuteron_outputs"):
         if k in meta:
             L.append(f"- {k}: {meta[k]}")
     Path(path).write_text("\n".join(L) + "\n")

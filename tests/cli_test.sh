@@ -15,11 +15,12 @@ second=$("$BIN" run add --shapes small --json --repeat 3)
 check "first run is correct" has "$first" '"correct":true'
 check "first run compiles" has "$first" '"compiled":true'
 check "second run in a new process does not compile" has "$second" '"compiled":false'
-check "run --json has every field" bash -c "for f in kernel target shape dtype config correct max_abs_err median_ms compiled tuned roofline_fraction; do grep -q \"\\\"\$f\\\"\" <<<'$first' || exit 1; done"
+check "run --json has every field" bash -c "for f in kernel target shape dtype config correct max_abs_err median_ms times_ms runs compiled tuned roofline_fraction; do grep -q \"\\\"\$f\\\"\" <<<'$first' || exit 1; done"
 
 unchecked=$("$BIN" run add --shapes small --json --repeat 2 --no-check)
 check "run --no-check skips the reference" has "$unchecked" '"correct":null'
 check "run --no-check still times" bash -c "grep -q '\"median_ms\":[0-9]' <<<'$unchecked'"
+check "run --json lists each timed run" bash -c "grep -Eq '\"runs\":2[,}]' <<<'$unchecked' && grep -Eq '\"times_ms\":\[[0-9.e+-]+,[0-9.e+-]+\]' <<<'$unchecked'"
 
 softmax=$("$BIN" run softmax --shape 257,1000 --dtype bfloat16 --json --repeat 3)
 check "softmax bf16 at a ragged shape is correct" has "$softmax" '"correct":true'
