@@ -8,6 +8,7 @@
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/compiler.h"
 #include "backends/cpu/hardware.h"
+#include "backends/cpu/packing.h"
 #include "backends/cpu/refine.h"
 #include "backends/cpu/space.h"
 #include "deuteron/error.h"
@@ -160,10 +161,9 @@ std::optional<model::Hardware> CpuBackend::model_hardware(const plan::Plan& p) c
   hw.segment_seconds = in_cache ? 0.4e-9 : 3e-9;
   hw.step_seconds = 0.015e-6;
   hw.trip_seconds = 0.015e-6;
-  // Block products run deuteron_gemm.h's micro-kernel: NR = 4 vectors of columns (2 without
-  // AVX-512), rows in pairs at the edges.
+  // Block products run deuteron_gemm.h's micro-kernel: NR columns, rows in pairs at the edges.
   hw.matrix_tile_rows = 2;
-  hw.matrix_tile_cols = info.simd_bytes >= 64 ? 4 * info.simd_bytes / 4 : 2 * info.simd_bytes / 4;
+  hw.matrix_tile_cols = int(dot_panel_columns());
   hw.overlaps_copies = true;  // hardware prefetch streams the next lines while this block computes
   hw.prefetches_in_place = true;  // ... also for the blocks an inner loop reads in place
   hw.fast_memory_bytes = double(info.l2_bytes);  // a looped reduction's rows, read again by its next pass

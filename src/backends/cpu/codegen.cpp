@@ -110,26 +110,33 @@ class Generator {
     fill_outputs();
     const ir::Loop& grid = k_.grid_loop();
     if (!ordered_.empty()) line("int team = 1;  // the threads the region got: their copies are summed after it");
+    // Chunks of consecutive grid steps (which share resident operand blocks and stream through
+    // memory in order) handed out as threads free up, about 8 per thread and smaller at the end
+    // (dt::GridQueue), so a thread slowed or descheduled by another process on its core (a
+    // shared VM) does not hold the whole kernel back: the others take its remaining chunks.
+    // Ordered adds need each thread's grid steps fixed (the same sum on every run): the static
+    // schedule.
+    if (dynamic_schedule()) {
+      std::string size = rt_ ? "grid" : std::to_string(p_.grid_size());
+      std::string chunk = rt_ ? "chunk"
+                              : std::to_string(std::max<int64_t>(
+                                    1, p_.grid_size() / (int64_t(p_.threads) * kChunksPerThread)));
+      line(fmt::format("dt::GridQueue grid_steps{{0, {}, {}, {}}};  // at most {} steps a chunk", size, chunk,
+                       p_.threads, chunk));
+    }
     line(fmt::format("#pragma omp parallel num_threads({})", p_.threads));
     line("{");
     ++indent_;
     line("char* const fast = scratch + long(omp_get_thread_num()) * scratch_per_thread;");
     scratch_arrays();
     ordered_copies();
-    // Chunks of consecutive grid steps (which share resident operand blocks and stream through
-    // memory in order) handed out as threads free up, about 8 per thread, so a thread slowed or
-    // descheduled by another process on its core (a shared VM) does not hold the whole kernel
-    // back: the others take its remaining chunks. Ordered adds need each thread's grid steps
-    // fixed (the same sum on every run): the static schedule.
-    if (!dynamic_schedule()) {
-      line("#pragma omp for schedule(static)");
-    } else if (rt_) {
-      line("#pragma omp for schedule(dynamic, chunk)");
+    if (dynamic_schedule()) {
+      line("for (int64_t first = 0, last = 0; grid_steps.claim(&first, &last);)");
+      line("for (int64_t pid = first; pid < last; ++pid) {");
     } else {
-      int64_t chunk = std::max<int64_t>(1, p_.grid_size() / (int64_t(p_.threads) * kChunksPerThread));
-      line(fmt::format("#pragma omp for schedule(dynamic, {})", chunk));
+      line("#pragma omp for schedule(static)");
+      line(fmt::format("for (int64_t pid = 0; pid < {}; ++pid) {{", rt_ ? "grid" : std::to_string(p_.grid_size())));
     }
-    line(fmt::format("for (int64_t pid = 0; pid < {}; ++pid) {{", rt_ ? "grid" : std::to_string(p_.grid_size())));
     ++indent_;
     if (trace_) {
       line(fmt::format("deuteron_step_trace step_trace{{{0}_trace ? {0}_trace + 3 * pid : nullptr}};", entry_));
@@ -216,7 +223,14 @@ class Generator {
       line(fmt::format("// fast memory: {} bytes per thread (the plan's {}, less the scans' rows written to their tensors)",
                        fast_bytes(), p_.fast_memory_bytes));
     line("#include \"deuteron_cpu.h\"");
-    if (!p_.gemms.empty()) line("#include \"deuteron_gemm.h\"  // hl::dot: micro-kernel and packing");
+    if (!p_.gemms.empty()) {
+      line("#include \"deuteron_gemm.h\"  // hl::dot: micro-kernel and packing");
+      // Packed copies are sized for the planner's panel width, which follows the machine's vector
+      // width: code built for a wider one (other flags, another machine) must not run over them.
+      line(fmt::format("static_assert({0} % dt::gemm::NR == 0, \"B panels were planned {0} columns wide: build "
+                       "this kernel for the vector width it was generated for\");",
+                       dot_panel_columns()));
+    }
     line("");
     line("#include <omp.h>");
     line("");
@@ -1533,12 +1547,12 @@ class Generator {
     return s;
   }
   // Floats of one packed 2-D slab of operand r (0 = a, 1 = b) of value `operand`: A in panels of
-  // kDotMR rows, B in panels of kDotNR columns (packed_a_elements, packed_b_elements).
+  // kDotMR rows, B in panels of dot_panel_columns() (packed_a_elements, packed_b_elements).
   Count slab2d(ir::ValueId operand, int r) const {
     const auto& d = k_.value(operand).dims;
     int rows = d[d.size() - 2], cols = d.back();
     return r == 0 ? product(rounded_up(extent_count(rows), kDotMR), extent_count(cols))
-                  : product(extent_count(rows), rounded_up(extent_count(cols), kDotNR));
+                  : product(extent_count(rows), rounded_up(extent_count(cols), dot_panel_columns()));
   }
   // Packs operand r's block (at the current position, batch dims at i_*) into `dst`; `pairs`:
   // as bf16 pairs where the CPU multiplies them (pack_*_pairs).

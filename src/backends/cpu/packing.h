@@ -1,15 +1,22 @@
 // Sizes of the micro-kernel's packed operand layouts (runtime/deuteron_gemm.h): A in panels of
-// kDotMR rows, B in panels of kDotNR columns (the micro-kernel's NR divides it), zero-padded.
+// kDotMR rows, B in panels of dot_panel_columns() columns, zero-padded.
 #pragma once
 
 #include <cstdint>
 
+#include "backends/cpu/hardware.h"
+
 namespace deuteron::cpu {
 
-// kDotMR is deuteron_gemm.h's MR (the register tile's rows: 6 on AVX-512 and AVX2 alike);
-// kDotNR = 64 is a multiple of its NR on both (64 and 16).
-inline constexpr int64_t kDotMR = 6, kDotNR = 64;
+// deuteron_gemm.h's MR: the register tile's rows, 6 on AVX-512 (32 registers) and AVX2 (16).
+inline constexpr int64_t kDotMR = 6;
+// deuteron_gemm.h's NR for the vector width the generated code is built for: 4 vectors of floats
+// with AVX-512 (64 columns), 2 with AVX2 or narrower (16). Generated dot kernels assert it.
+inline int64_t dot_panel_columns() { return cpu_info().simd_bytes >= 64 ? 64 : 16; }
 inline int64_t packed_a_elements(int64_t m, int64_t k) { return (m + kDotMR - 1) / kDotMR * kDotMR * k; }
-inline int64_t packed_b_elements(int64_t k, int64_t n) { return (n + kDotNR - 1) / kDotNR * kDotNR * k; }
+inline int64_t packed_b_elements(int64_t k, int64_t n) {
+  const int64_t nr = dot_panel_columns();
+  return (n + nr - 1) / nr * nr * k;
+}
 
 }  // namespace deuteron::cpu

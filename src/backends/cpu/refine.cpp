@@ -390,7 +390,7 @@ class Refiner {
           !s.reuse_axes.empty() || st.fast_bytes > l3_share)
         continue;
       const std::vector<int>& vd = k().value(k().op(s.op).result).dims;
-      int64_t panel = round64(packed_b_elements(k().axis(vd[vd.size() - 2]).extent, kDotNR) * 4);
+      int64_t panel = round64(packed_b_elements(k().axis(vd[vd.size() - 2]).extent, dot_panel_columns()) * 4);
       if (panel >= st.fast_bytes) continue;
       bytes -= round64(st.fast_bytes) - panel;
       p_.l3_resident_bytes += round64(st.fast_bytes);

@@ -80,7 +80,7 @@ int64_t resident_bytes_of(const ir::Kernel& k, const config::ConfigSpace& space,
 // A B operand that its loop runs along K (matmul's y[k, n]) is packed once and reused across
 // every M block of its column panel while it stays resident; that needs all of K for one N
 // block in half the fast memory (the other half: A's panels in flight, C's block). So N's
-// default block is halved, down to the micro-kernel's panel width (kDotNR), until it fits:
+// default block is halved, down to the micro-kernel's panel width (dot_panel_columns()), until it fits:
 // 2048 x 64 floats (512 KiB) with a 1 MiB L2, 2048 x 128 with 2 MiB. Measured on the 2-core
 // Zen 5 EPYC (1 MiB L2), matmul 2048^3 f32: blocks 128/128/512 with y streamed 40.0 ms,
 // 128/64/512 with y resident 35.5 ms (chrt -f 1, 2 threads).
@@ -95,7 +95,7 @@ void fit_resident_b(const ir::Kernel& k, const config::TargetLimits& limits, con
     const config::Tunable* t = space.find(name);
     const int64_t was = space.default_config().integer(name);
     int64_t block = was;
-    while (block > kDotNR && resident_bytes_of(k, space, o) > limits.fast_memory_bytes / 2 && t &&
+    while (block > dot_panel_columns() && resident_bytes_of(k, space, o) > limits.fast_memory_bytes / 2 && t &&
            std::count(t->values.begin(), t->values.end(), config::Json(block / 2))) {
       block /= 2;
       space.set_default_value(name, block);

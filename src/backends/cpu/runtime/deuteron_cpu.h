@@ -635,6 +635,30 @@ inline constexpr int64_t kReduceChunk = 64;
 inline constexpr int64_t kReduceChunk = 32;
 #endif
 
+// ---- the grid's schedule ----------------------------------------------------------------------
+// Grid steps [0, size) handed out to a parallel region's threads as they free up, in chunks of
+// consecutive steps (which share resident operand blocks and stream memory in order): at most
+// max_chunk at a time (about 8 chunks a thread, so a thread slowed or descheduled by another
+// process holds back only its current chunk), and near the end a 2 x threads'th of what is left,
+// down to one step, so the threads finish together instead of one waiting out a whole chunk of
+// the other's. One compare-and-swap per chunk; the region's closing barrier orders the writes.
+struct GridQueue {
+  int64_t next;  // the first step not handed out yet (updated atomically)
+  const int64_t size, max_chunk, threads;
+  inline __attribute__((always_inline)) bool claim(int64_t* begin, int64_t* end) {
+    int64_t b = __atomic_load_n(&next, __ATOMIC_RELAXED);
+    for (;;) {
+      if (b >= size) return false;
+      int64_t c = (size - b) / (2 * threads);
+      c = c < 1 ? 1 : c > max_chunk ? max_chunk : c;
+      if (__atomic_compare_exchange_n(&next, &b, b + c, /*weak=*/true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        *begin = b, *end = b + c;
+        return true;
+      }
+    }
+  }
+};
+
 // ---- streaming (non-temporal) stores: config `stores: stream` ----
 // An output too large to stay in cache is written past it: a plain store first reads the line
 // it writes into the cache (a read-for-ownership), so writing N bytes moves 2N; a non-temporal
