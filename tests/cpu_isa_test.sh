@@ -36,8 +36,13 @@ done
 unset DEUTERON_CPU_ISA
 native=$("$BIN" run matmul --shapes small --json --repeat 2 2>&1)
 check "matmul is correct on the native ISA" has "$native" '"correct":true'
+rows=$("$BIN" run softmax --shapes small --json --repeat 2 2>&1)
+check "softmax is correct on the native ISA" has "$rows" '"correct":true'
 if grep -q avx512f /proc/cpuinfo; then
   check "the native build of matmul uses zmm registers" bash -c "objdump -d '$(so_of "$native")' | grep -q '%zmm'"
+  # Row loops are vectorised by GCC, whose Intel tunings default to 256-bit vectors.
+  check "the native build of softmax vectorises its row loops in zmm registers" \
+    bash -c "objdump -d '$(so_of "$rows")' | grep -q '%zmm'"
 fi
 
 bad=$(DEUTERON_CPU_ISA=avx9 "$BIN" run add --shapes small 2>&1)
