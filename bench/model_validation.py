@@ -20,6 +20,7 @@ dozen lines here rather than a dependency of a fresh clone).
 from __future__ import annotations
 
 import argparse
+import atexit
 import datetime
 import json
 import math
@@ -258,6 +259,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     # A private copy of the binary: a rebuild during the run cannot change the model half way.
     snap = Path(tempfile.mkdtemp(prefix="deuteron-model-validation-")) / "deuteron"
+    atexit.register(shutil.rmtree, snap.parent, ignore_errors=True)
     shutil.copy2(args.deuteron, snap)
     args.deuteron = str(snap)
     measured_at = None

@@ -32,11 +32,13 @@ under --out/modules. Exit status 1 when an output is wrong or a kernel failed.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib.util
 import inspect
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -157,10 +159,14 @@ def main(argv=None) -> int:
     env = dict(os.environ, DEUTERON_VENV=os.environ.get("DEUTERON_VENV", sys.prefix))
     if args.interpret:
         env["DEUTERON_TRITON_DEVICE"] = "interpret"
+    def scratch_cache(prefix: str) -> str:  # removed when the run ends
+        path = tempfile.mkdtemp(prefix=prefix)
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+        return path
+
     if args.fresh_cache:
-        env["DEUTERON_CACHE_DIR"] = tempfile.mkdtemp(prefix="deuteron-tune-cache-")
-    default_env = dict(env, DEUTERON_AUTOTUNE_EFFORT="none",
-                       DEUTERON_CACHE_DIR=tempfile.mkdtemp(prefix="deuteron-default-cache-"))
+        env["DEUTERON_CACHE_DIR"] = scratch_cache("deuteron-tune-cache-")
+    default_env = dict(env, DEUTERON_AUTOTUNE_EFFORT="none", DEUTERON_CACHE_DIR=scratch_cache("deuteron-default-cache-"))
 
     rc, listing, err = deuteron([args.deuteron, "list", "--json"], env, args.timeout)
     if rc != 0:

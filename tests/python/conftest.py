@@ -4,7 +4,9 @@ Calls do not tune (DEUTERON_AUTOTUNE_EFFORT=none: the default config) unless a t
 kernels compile into a cache of this test run's own unless DEUTERON_CACHE_DIR names one
 (scripts/test.sh sets it to the build's test cache).
 """
+import atexit
 import os
+import shutil
 import subprocess
 import tempfile
 
@@ -12,7 +14,9 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("DEUTERON_AUTOTUNE_EFFORT", "none")
-os.environ.setdefault("DEUTERON_CACHE_DIR", tempfile.mkdtemp(prefix="deuteron-pytest-cache-"))
+if "DEUTERON_CACHE_DIR" not in os.environ:  # a private cache, removed when the session ends
+    os.environ["DEUTERON_CACHE_DIR"] = tempfile.mkdtemp(prefix="deuteron-pytest-cache-")
+    atexit.register(shutil.rmtree, os.environ["DEUTERON_CACHE_DIR"], ignore_errors=True)
 
 import deuteron  # noqa: E402  (after the environment it reads)
 
