@@ -13,22 +13,23 @@ namespace {
 
 TEST(GridQueue, ChunksCoverTheGridInOrderAndShrinkAtTheEnd) {
   for (int64_t size : {1, 7, 256, 1001}) {
-    dt::GridQueue q{0, size, 16, 2};
+    dt::GridQueue q(size, 2);
+    EXPECT_EQ(q.max_chunk, size >= 16 ? size / 16 : 1) << size;  // about 8 chunks a thread
     std::vector<int64_t> sizes;
     int64_t begin = -1, end = -1, expect = 0;
     while (q.claim(&begin, &end)) {
       ASSERT_EQ(begin, expect) << size;
       ASSERT_GT(end, begin) << size;
-      ASSERT_LE(end - begin, 16) << size;
+      ASSERT_LE(end - begin, q.max_chunk) << size;
       sizes.push_back(end - begin);
       expect = end;
     }
     EXPECT_EQ(expect, size);
     EXPECT_EQ(sizes.back(), 1) << size;  // the last chunk is one step: no thread waits out a long one
-    if (size >= 256) EXPECT_EQ(sizes.front(), 16) << size;  // full chunks while much is left
+    EXPECT_EQ(sizes.front(), q.max_chunk) << size;  // full chunks while much is left
     for (size_t i = 1; i < sizes.size(); ++i) EXPECT_LE(sizes[i], sizes[i - 1]) << size;
   }
-  dt::GridQueue empty{0, 0, 4, 2};
+  dt::GridQueue empty(0, 2);
   int64_t b = 0, e = 0;
   EXPECT_FALSE(empty.claim(&b, &e));
 }
@@ -36,7 +37,7 @@ TEST(GridQueue, ChunksCoverTheGridInOrderAndShrinkAtTheEnd) {
 TEST(GridQueue, ConcurrentClaimsHandOutEachStepOnce) {
   const int64_t size = 100003;
   std::vector<int> taken(size_t(size), 0);
-  dt::GridQueue q{0, size, 64, 4};
+  dt::GridQueue q(size, 4);
 #pragma omp parallel num_threads(4)
   {
     for (int64_t first = 0, last = 0; q.claim(&first, &last);)

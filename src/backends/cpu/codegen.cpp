@@ -116,14 +116,9 @@ class Generator {
     // shared VM) does not hold the whole kernel back: the others take its remaining chunks.
     // Ordered adds need each thread's grid steps fixed (the same sum on every run): the static
     // schedule.
-    if (dynamic_schedule()) {
-      std::string size = rt_ ? "grid" : std::to_string(p_.grid_size());
-      std::string chunk = rt_ ? "chunk"
-                              : std::to_string(std::max<int64_t>(
-                                    1, p_.grid_size() / (int64_t(p_.threads) * kChunksPerThread)));
-      line(fmt::format("dt::GridQueue grid_steps{{0, {}, {}, {}}};  // at most {} steps a chunk", size, chunk,
-                       p_.threads, chunk));
-    }
+    if (dynamic_schedule())
+      line(fmt::format("dt::GridQueue grid_steps({}, {});  // about 8 chunks a thread, smaller at the end",
+                       rt_ ? "grid" : std::to_string(p_.grid_size()), p_.threads));
     line(fmt::format("#pragma omp parallel num_threads({})", p_.threads));
     line("{");
     ++indent_;
@@ -433,9 +428,6 @@ class Generator {
     line(fmt::format("const int64_t grid = {};", blocks.empty() ? "1" : fmt::format("{}", fmt::join(blocks, " * "))));
     if (!ordered_.empty()) line(fmt::format("const int64_t fast_bytes = {};  // this thread's fast memory", fast_bytes()));
     copy_offsets();
-    if (dynamic_schedule())
-      line(fmt::format("const int64_t chunk = grid / {0} > 1 ? grid / {0} : 1;  // about {1} chunks per thread",
-                       int64_t(p_.threads) * kChunksPerThread, kChunksPerThread));
   }
 
   // Whether the grid loop hands out chunks dynamically (see run()). $DEUTERON_CPU_SCHEDULE=static
@@ -444,7 +436,6 @@ class Generator {
     static const bool dynamic = runtime::env_choice("DEUTERON_CPU_SCHEDULE", {"dynamic", "static"}) != "static";
     return p_.threads > 1 && ordered_.empty() && dynamic;
   }
-  static constexpr int64_t kChunksPerThread = 8;
 
   // ---- fast memory ----
   // A count of elements or bytes: a number times the whole dims a general variant sizes at run

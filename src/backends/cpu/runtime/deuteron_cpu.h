@@ -643,8 +643,12 @@ inline constexpr int64_t kReduceChunk = 32;
 // down to one step, so the threads finish together instead of one waiting out a whole chunk of
 // the other's. One compare-and-swap per chunk; the region's closing barrier orders the writes.
 struct GridQueue {
-  int64_t next;  // the first step not handed out yet (updated atomically)
-  const int64_t size, max_chunk, threads;
+  static constexpr int64_t kChunksPerThread = 8;
+  int64_t next = 0;  // the first step not handed out yet (updated atomically)
+  const int64_t size, threads, max_chunk;
+  GridQueue(int64_t size, int64_t threads)
+      : size(size), threads(threads),
+        max_chunk(size / (threads * kChunksPerThread) > 1 ? size / (threads * kChunksPerThread) : 1) {}
   inline __attribute__((always_inline)) bool claim(int64_t* begin, int64_t* end) {
     int64_t b = __atomic_load_n(&next, __ATOMIC_RELAXED);
     for (;;) {
