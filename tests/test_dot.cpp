@@ -378,13 +378,9 @@ TEST(DotPlan, DefaultsFollowThePinnedBudget) {
   }
 }
 
-// A resident B that no grid index selects (every grid step reads all of y[k, :], as
-// matmul_layernorm does) is packed at a thread's first step and reused by all its others: only
-// one packed column panel of it counts against the L2, the whole copy against the thread's share
-// of the L3 (512 KiB here: within any x86 server L3's eighth). Pinned L2 of 512 KiB: the copy
-// alone fills it, a 128 KiB panel fits; at 64 KiB the panel does not.
-TEST(DotPlan, GridInvariantResidentCopyLivesInTheLastLevelCache) {
-  static const auto k = deuteron::kernel("dot_plan_whole_n", [](hl::Tensor x, hl::Tensor y) {
+// out[m, :] = x[m, :] @ y: every grid step reads all of y[k, :] (N whole, as matmul_layernorm).
+auto whole_n_matmul(const char* name) {
+  return deuteron::kernel(name, [](hl::Tensor x, hl::Tensor y) {
     auto out = hl::empty({x.size(0), y.size(1)});
     for (auto tm : hl::tile(x.size(0))) {
       auto acc = hl::zeros({tm, y.size(1)});
@@ -393,6 +389,40 @@ TEST(DotPlan, GridInvariantResidentCopyLivesInTheLastLevelCache) {
     }
     return out;
   });
+}
+
+// Where B cannot stay resident and its rows are 4 KiB apart, the default streams it when the
+// N block takes part of each row (short runs that share cache sets), and reads it in place when
+// the block is whole rows (one contiguous run, as matmul_layernorm's y): then B's K block is cut
+// to a quarter of the L2, so the A panels of an M block find it there.
+TEST(DotPlan, DefaultReadsWholeRowsInPlaceAndStreamsPartsOfAliasedRows) {
+  static const auto whole = whole_n_matmul("dot_plan_default_whole_rows");
+  static const auto parts = tiled_matmul("dot_plan_default_row_parts");
+  const int64_t l2 = int64_t(2) << 20;
+  auto placement_of_b = [&](const KernelBase& k, const Tensor& x, const Tensor& y, config::Config* out) {
+    auto s = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu", cpu_limits(l2));
+    *out = s.space.default_config();
+    cpu::CpuPlan p = cpu::refine(driver::lower(s, *out));
+    return p.spec_for_op(p.gemms[0].b.load_op)->placement;
+  };
+  config::Config c;
+  // y [1024, 1024]: 4 MiB, too big to be resident; its rows (4 KiB) are whole in the N block.
+  Tensor x = Tensor::rand({64, 1024}, DType::f32, 1), y = Tensor::rand({1024, 1024}, DType::f32, 2);
+  EXPECT_EQ(placement_of_b(whole, x, y, &c), plan::Placement::InPlace) << c.dump();
+  EXPECT_EQ(c.integer("block_t1") * 1024 * 4, l2 / 4) << c.dump();  // K block: 128 rows, 512 KiB
+  // y [8192, 1024] in N blocks: a resident 64-column panel (2 MiB) does not fit half the L2.
+  Tensor x2 = Tensor::rand({64, 8192}, DType::f32, 3), y2 = Tensor::rand({8192, 1024}, DType::f32, 4);
+  EXPECT_EQ(placement_of_b(parts, x2, y2, &c), plan::Placement::Staged) << c.dump();
+  EXPECT_LT(c.integer("block_t1"), 1024) << c.dump();
+}
+
+// A resident B that no grid index selects (every grid step reads all of y[k, :], as
+// matmul_layernorm does) is packed at a thread's first step and reused by all its others: only
+// one packed column panel of it counts against the L2, the whole copy against the thread's share
+// of the L3 (512 KiB here: within any x86 server L3's eighth). Pinned L2 of 512 KiB: the copy
+// alone fills it, a 128 KiB panel fits; at 64 KiB the panel does not.
+TEST(DotPlan, GridInvariantResidentCopyLivesInTheLastLevelCache) {
+  static const auto k = whole_n_matmul("dot_plan_whole_n");
   Tensor x = Tensor::rand({301, 512}, DType::f32, 1), y = Tensor::rand({512, 256}, DType::f32, 2);
   auto s = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu", cpu_limits(512 << 10));
   config::Config c = s.space.complete(config::Config::parse(R"({"inner_t1_arg1": "resident", "num_threads": 2})"));

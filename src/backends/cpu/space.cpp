@@ -104,10 +104,34 @@ void fit_resident_b(const ir::Kernel& k, const config::TargetLimits& limits, con
   }
 }
 
+// A B operand read in place is swept once per A panel of the M block, so its K block (all of
+// the N block's columns) should stay in the L2 between sweeps, beside the C block and A's rows:
+// K's default block is halved until it takes at most a quarter of the fast memory (the L2),
+// down to 64. matmul_layernorm 1024^3 on the session-12 Xeon (2 MiB L2; the N block is y's
+// whole 1024-float rows), y in place, M block 128, 3 alternating rounds, ms: K block 512 (2 MiB
+// of y) 10.96-11.84, 256 5.77-6.55, 128 5.77-5.94, 64 5.71-5.76; the former default (M 64, K
+// 128, y streamed) 6.73-6.97.
+void fit_in_place_b(const ir::Kernel& k, const config::TargetLimits& limits, const config::OperandTunable& o,
+                    config::ConfigSpace& space) {
+  const auto& vd = k.value(k.op(o.dot).inputs[1]).dims;
+  int ka = k.loop(o.loop).axes.front();
+  if (vd.size() < 2 || vd[vd.size() - 2] != ka || k.axis(ka).kind != ir::AxisKind::Tile) return;
+  const ir::BlockParam& bp = k.block_params[size_t(k.axis(ka).block_param)];
+  const config::Tunable* t = space.find(bp.name);
+  if (bp.fixed || !t) return;
+  int64_t columns = default_block(k, space, vd.back());
+  int64_t block = space.default_config().integer(bp.name);
+  while (block > 64 && block * columns * 4 > limits.fast_memory_bytes / 4 &&
+         std::count(t->values.begin(), t->values.end(), Json(block / 2))) {
+    block /= 2;
+    space.set_default_value(bp.name, block);
+  }
+}
+
 // The default strategy of a tensor a dot reads in an inner loop. A B operand is resident
 // (packed once per grid step, kept while its grid block repeats) while that fits half the fast
-// memory, else read in place when it is f32 with contiguous rows (not 4 KiB apart), else
-// streamed; an A operand is read in place when f32 (the micro-kernel broadcasts it from any
+// memory, else read in place when it is f32 with contiguous rows (not parts of rows 4 KiB apart),
+// else streamed; an A operand is read in place when f32 (the micro-kernel broadcasts it from any
 // layout) or bf16 (its words are pairs for vdpbf16ps, else the runtime widens it panel by
 // panel), else streamed (packed and widened block by block).
 std::string operand_default(const ir::Kernel& k, const config::ConfigSpace& space, const config::OperandTunable& o,
@@ -116,8 +140,13 @@ std::string operand_default(const ir::Kernel& k, const config::ConfigSpace& spac
   const auto& vd = k.value(k.op(o.dot).inputs[size_t(o.operand)]).dims;
   DType dtype = k.tensors[size_t(load.tensor)].dtype;
   bool f32 = dtype == DType::f32;
-  // In place needs contiguous rows, and rows that do not all land in the same L1 sets (a row
-  // stride that is a multiple of 4 KiB would evict the panel as it is read).
+  // In place needs contiguous rows, and a block whose rows do not all land in the same cache
+  // sets: with a row stride that is a multiple of 4 KiB, a block of part of each row is read as
+  // short runs that share sets and start a new page each, so it is streamed (packed). A block
+  // of whole rows is one contiguous run and read in place: its packed copy would be made again
+  // for every grid step. Measured on the session-11 Xeon (2 MiB L2), 3 alternating rounds:
+  // matmul_layernorm 1024^3 (y's 1024-float rows whole) y streamed 8.70 ms, in place 7.49;
+  // matmul 1024x8192x1024 (blocks of 128 of y's 1024 columns) streamed 58.6, in place 97.3.
   bool unit_cols = false;
   int64_t row_stride = 0;
   for (size_t i = 0; i < load.index.size(); ++i) {
@@ -125,7 +154,8 @@ std::string operand_default(const ir::Kernel& k, const config::ConfigSpace& spac
     if (load.index[i].axis == vd.back()) unit_cols = k.tensors[size_t(load.tensor)].strides[i] == 1;
     if (load.index[i].axis == vd[vd.size() - 2]) row_stride = k.tensors[size_t(load.tensor)].strides[i];
   }
-  bool aliased = o.operand == 1 && unit_cols && row_stride * 4 % 4096 == 0;
+  bool whole_rows = default_block(k, space, vd.back()) >= row_stride;
+  bool aliased = o.operand == 1 && unit_cols && row_stride * 4 % 4096 == 0 && !whole_rows;
   int64_t bytes = resident_bytes_of(k, space, o);
   if (o.operand == 1 && resident_bytes + bytes <= limits.fast_memory_bytes / 2) {
     resident_bytes += bytes;
@@ -270,7 +300,9 @@ void extend_space(const ir::Kernel& k, const config::TargetLimits& limits, confi
   for (const config::OperandTunable& o : config::operand_tunables(k)) {
     if (o.loop != last_loop) resident_bytes = 0;  // each loop's operands share half the budget
     last_loop = o.loop;
-    space.set_default_value(o.name, operand_default(k, space, o, limits, resident_bytes));
+    std::string strategy = operand_default(k, space, o, limits, resident_bytes);
+    space.set_default_value(o.name, strategy);
+    if (o.operand == 1 && strategy == config::keys::kInPlace) fit_in_place_b(k, limits, o, space);
   }
 
   Tunable threads;
