@@ -203,15 +203,20 @@ TEST(GeneratedCode, ExpAfterARunningMaxOverTheWholeRow) {
   EXPECT_EQ(src.find("dt::exp_nonpositive("), std::string::npos) << src;
 }
 
+// A row kernel's code at [130, 1000] in its default config with one row per block.
+std::string emit_one_row_blocks(const std::string& kernel) {
+  driver::Specialized s = specialize_at(kernel, {130, 1000});
+  config::Config c = s.space.default_config();
+  c.set("block_rows", 1);
+  return s.backend->emit(driver::lower(s, c));
+}
+
 // A chunked row reduction reads the values it takes from fast memory that stay the same along
 // the row (layer_norm's centre and deviation scale) into scalars before its loops: beside a
 // store to fast memory, GCC left such a chunk loop scalar with the load inside it (softmax,
 // one row per block, 9x slower).
 TEST(GeneratedCode, ChunkedReductionHoistsRowInvariants) {
-  driver::Specialized s = specialize_at("layer_norm", {130, 1000});
-  config::Config c = s.space.default_config();
-  c.set("block_rows", 1);
-  std::string src = s.backend->emit(driver::lower(s, c));
+  std::string src = emit_one_row_blocks("layer_norm");
   std::smatch m;
   ASSERT_TRUE(std::regex_search(src, m, std::regex(R"(const float (h\d+) = m\d+\[i_rows\];\n\s*const float h\d+ = m\d+\[i_rows\];\n\s*const int64_t chunks_r0)")))
       << src;
@@ -226,10 +231,7 @@ TEST(GeneratedCode, ChunkedReductionHoistsRowInvariants) {
 // (one row per block) reads the row's max and sum before its simd loop, not in it, which GCC
 // left scalar beside the store to the output ("latch block not empty": 27 ms against 5.7).
 TEST(GeneratedCode, PlainPassHoistsRowInvariants) {
-  driver::Specialized s = specialize_at("softmax_two_pass", {130, 1000});
-  config::Config c = s.space.default_config();
-  c.set("block_rows", 1);
-  std::string src = s.backend->emit(driver::lower(s, c));
+  std::string src = emit_one_row_blocks("softmax_two_pass");
   std::smatch m;
   ASSERT_TRUE(std::regex_search(src, m, std::regex(R"(const float (h\d+) = m\d+\[i_rows\];\n\s*const float (h\d+) = m\d+\[i_rows\];\n#pragma omp simd\n\s*for \(int64_t i_n_out = 0;)")))
       << src;
