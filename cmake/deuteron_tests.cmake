@@ -19,6 +19,9 @@ deuteron_warnings(deuteron_tests)
 # The micro-kernel tests compile deuteron_gemm.h without -mavx; GCC then notes (unsuppressibly
 # by pragma) that 32-byte vector arguments changed ABI in GCC 4.6. Nothing there crosses an ABI.
 set_source_files_properties(tests/test_gemm_runtime.cpp tests/test_gemm_pairs.cpp PROPERTIES COMPILE_OPTIONS -Wno-psabi)
+# The cpu math header's fused path, as generated kernels compile it (-march=native has FMA on
+# every CPU here); the tests call it only where the CPU has FMA.
+set_source_files_properties(tests/test_cpu_math_fma.cpp PROPERTIES COMPILE_OPTIONS -mfma)
 
 # Suites by label (gtest filter patterns); unit is everything else. AutotuneChild.* are run by
 # the autotune tests as a separate process, never on their own.

@@ -213,6 +213,26 @@ TEST(CpuMath, ExpNonPositive) {
   EXPECT_TRUE(std::isnan(dt::exp2_nonpositive(dt::nan())));
 }
 
+namespace deuteron::testing_fma {  // tests/test_cpu_math_fma.cpp, compiled with -mfma
+void exp_nonpositive_and_exp(const float* x, float* nonpositive, float* exp, size_t n);
+}
+
+// With FMA (generated kernels always have it here), exp_nonpositive's scaling is one fused
+// operation; it gives exp's bits wherever it does not flush to 0, as the path without FMA does.
+TEST(CpuMath, ExpNonPositiveWithFmaIsExp) {
+  if (!__builtin_cpu_supports("fma")) GTEST_SKIP() << "this CPU has no FMA";
+  std::vector<float> a;
+  for (float x : inputs())
+    if (-std::fabs(x) >= -86.0f || std::isnan(x)) a.push_back(-std::fabs(x));
+  std::vector<float> nonpositive(a.size()), exp(a.size());
+  deuteron::testing_fma::exp_nonpositive_and_exp(a.data(), nonpositive.data(), exp.data(), a.size());
+  int differ = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    differ += std::isnan(a[i]) ? !std::isnan(nonpositive[i]) : nonpositive[i] != exp[i];
+  EXPECT_EQ(differ, 0);
+  EXPECT_GT(a.size(), size_t(1) << 20);
+}
+
 TEST(CpuMath, Log) {
   check("log", [](float x) { return dt::log(x); }, [](double x) { return std::log(x); },
         [](double, double r) { return std::fmin(2.0 * ulp_at(r), 5e-7 * std::fabs(r)); });
