@@ -1027,10 +1027,9 @@ class Generator {
     bool split = chunked || stream_chunked;
     if (!split) prefetches.clear();
     std::vector<int> outer(dom.begin(), dom.end() - (split ? 1 : 0));
-    std::map<ir::ValueId, std::string> hoisted;  // the chunked loop hoists its own, per chunk loop
+    std::map<ir::ValueId, std::string> hoisted;  // read before the innermost loop(s), last of all
     auto declare = [&](size_t level) {
       if (level + 1 != dom.size() && !(split && level == outer.size())) return;
-      if (!chunked) hoisted = hoist_invariants(g, inner);
       for (const ir::Op* op : scalar_red) {
         const char* type = accumulator_type(op->reduce, k_.value(op->result).dtype);
         line(fmt::format("{} acc{} = {};", type, op->result, identity(op->reduce, k_.value(op->result).dtype)));
@@ -1039,18 +1038,19 @@ class Generator {
         // NaN flags per lane too: a reduction clause would fold them across the vector per chunk.
         if (chunked && tracks_nan(*op)) line(fmt::format("int32_t nanpart{}[dt::kReduceChunk];", op->result));
       }
-      if (!chunked || scalar_red.empty()) return;
-      line("for (int64_t j = 0; j < dt::kReduceChunk; ++j) {");
-      for (const ir::Op* op : scalar_red) {
-        line(fmt::format("  part{}[j] = {};", op->result, identity(op->reduce, k_.value(op->result).dtype)));
-        if (tracks_nan(*op)) line(fmt::format("  nanpart{}[j] = 0;", op->result));
+      if (chunked && !scalar_red.empty()) {
+        line("for (int64_t j = 0; j < dt::kReduceChunk; ++j) {");
+        for (const ir::Op* op : scalar_red) {
+          line(fmt::format("  part{}[j] = {};", op->result, identity(op->reduce, k_.value(op->result).dtype)));
+          if (tracks_nan(*op)) line(fmt::format("  nanpart{}[j] = 0;", op->result));
+        }
+        line("}");
       }
-      line("}");
+      hoisted = hoist_invariants(g, inner);
     };
     open_nest(outer, split ? "" : pragma, declare);
     if (chunked) {
       const std::string& n = axis(inner);
-      hoisted = hoist_invariants(g, inner);
       line(fmt::format("const int64_t chunks_{0} = n_{0} - n_{0} % dt::kReduceChunk;", n));
       line(fmt::format("for (int64_t c_{0} = 0; c_{0} < chunks_{0}; c_{0} += dt::kReduceChunk) {{", n));
       ++indent_;
