@@ -243,6 +243,30 @@ TEST(GeneratedCode, PlainPassHoistsRowInvariants) {
   EXPECT_FALSE(std::regex_search(loop, std::regex(R"([-/] m\d+\[)"))) << loop;
 }
 
+// Two threads of a kernel with matrix products each settle on a CPU of their own before every
+// chunk of grid steps (dt::OwnCpu), and a moved thread goes back only after a barrier that every
+// thread reaches when its work is done. Row kernels, and one thread, leave the threads alone.
+TEST(GeneratedCode, ThreadsOfAProductTakeCpusOfTheirOwn) {
+  auto emit_threads = [](const std::string& kernel, const std::vector<int64_t>& shape, int threads) {
+    driver::Specialized s = specialize_at(kernel, shape);
+    config::Config c = s.space.default_config();
+    c.set("num_threads", threads);
+    return s.backend->emit(driver::lower(s, c));
+  };
+  std::string src = emit_threads("matmul", {100, 70, 130}, 2);
+  size_t made = src.find("dt::OwnCpu own_cpu(team_region, omp_get_thread_num(), omp_get_num_threads());");
+  size_t settle = src.find("own_cpu.settle(), grid_steps.claim(&first, &last);");
+  size_t barrier = src.find("#pragma omp barrier\n    own_cpu.release();");
+  ASSERT_NE(made, std::string::npos) << src;
+  ASSERT_NE(settle, std::string::npos) << src;
+  ASSERT_NE(barrier, std::string::npos) << src;
+  EXPECT_LT(src.find("const uint32_t team_region = dt::next_team_region();"), src.find("#pragma omp parallel"));
+  EXPECT_LT(made, settle);
+  EXPECT_LT(settle, barrier);
+  EXPECT_EQ(emit_threads("matmul", {100, 70, 130}, 1).find("OwnCpu"), std::string::npos);
+  EXPECT_EQ(emit_threads("softmax", {130, 1000}, 2).find("OwnCpu"), std::string::npos);
+}
+
 // Without dots or whole dims, the cpu target's default blocks take whole contiguous rows (up
 // to 4096 elements) and proportionally fewer rows; row kernels (whole dims) as few rows as fill
 // 16 KiB.

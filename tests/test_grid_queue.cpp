@@ -1,8 +1,12 @@
 // The grid schedule generated CPU kernels run (dt::GridQueue in the runtime header): every step
 // handed out exactly once, in chunks of consecutive steps no longer than the cap, shrinking to
-// single steps at the end, also when threads claim concurrently.
+// single steps at the end, also when threads claim concurrently. And dt::OwnCpu: a thread that
+// finds a teammate on its CPU moves to a free one for the region, and back after it.
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <sched.h>
+
+#include <thread>
 
 #include <cstdint>
 #include <vector>
@@ -44,6 +48,60 @@ TEST(GridQueue, ConcurrentClaimsHandOutEachStepOnce) {
       for (int64_t pid = first; pid < last; ++pid) ++taken[size_t(pid)];  // each step by one thread only
   }
   for (int64_t i = 0; i < size; ++i) ASSERT_EQ(taken[size_t(i)], 1) << "step " << i;
+}
+
+// The CPUs this thread may run on.
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  EXPECT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  std::vector<int> out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  return out;
+}
+
+TEST(OwnCpu, FreeCpuSkipsTheTakenOnes) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : {1, 3, 4}) CPU_SET(c, &set);
+  const int none[1] = {0};
+  EXPECT_EQ(dt::detail::free_cpu(set, none, 0), 1);
+  const int some[2] = {1, 3};
+  EXPECT_EQ(dt::detail::free_cpu(set, some, 2), 4);
+  const int all[3] = {4, 1, 3};
+  EXPECT_EQ(dt::detail::free_cpu(set, all, 3), -1);
+}
+
+// Thread 1 of a team of two, on the CPU thread 0 noted in the same region: it moves to another
+// allowed CPU for the region, and release() gives it back every CPU it had. A thread alone on
+// its CPU, thread 0, and notes of an earlier region move nothing. Run in a thread of its own so
+// that the test process keeps its affinity whatever happens.
+TEST(OwnCpu, ASecondThreadOnATeammatesCpuMovesForTheRegion) {
+  std::vector<int> before = allowed_cpus();
+  if (before.size() < 2) GTEST_SKIP() << "one CPU allowed: there is nowhere to move to";
+  const int a = before[0], b = before[1];
+  std::thread([&] {
+    const uint32_t region = dt::next_team_region();
+    dt::OwnCpu first(region, 0, 2);
+    first.settle_on(a);  // thread 0 never moves, whoever shares its CPU
+    EXPECT_EQ(allowed_cpus(), before);
+
+    dt::OwnCpu alone(region, 1, 2);
+    alone.settle_on(b);  // not a teammate's CPU
+    EXPECT_EQ(allowed_cpus(), before);
+
+    dt::OwnCpu second(region, 1, 2);
+    second.settle_on(a);  // thread 0 noted a
+    EXPECT_EQ(allowed_cpus(), std::vector<int>{b});
+    EXPECT_EQ(sched_getcpu(), b);
+    second.release();
+    EXPECT_EQ(allowed_cpus(), before);
+
+    // Thread 0's note is of an older region now: nothing to avoid.
+    dt::OwnCpu later(dt::next_team_region(), 1, 2);
+    later.settle_on(a);
+    EXPECT_EQ(allowed_cpus(), before);
+  }).join();
 }
 
 }  // namespace

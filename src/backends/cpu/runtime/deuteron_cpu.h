@@ -2,7 +2,8 @@
 //
 // Why it looks like this:
 // - Lean. Header parsing dominates compile time of a generated kernel (<cmath> costs about
-//   0.4 s, <immintrin.h> 0.8 s), so this includes only <cstdint> and uses GCC builtins
+//   0.4 s, <immintrin.h> 0.8 s), so this includes only <cstdint> (and <sched.h>, for the
+//   threads' CPUs) and uses GCC builtins
 //   (__builtin_bit_cast, __builtin_sqrtf, __builtin_fabsf, __builtin_copysignf).
 // - Vectorisable. Every function is branch-free scalar float/int32 code (selects, shifts,
 //   bit casts, no tables, no libm calls), always inlined, so GCC vectorises a loop that calls
@@ -23,6 +24,9 @@
 #pragma once
 
 #include <cstdint>
+#if defined(__linux__)
+#include <sched.h>  // sched_getcpu, sched_setaffinity: dt::OwnCpu
+#endif
 
 #define DT_INLINE static inline __attribute__((always_inline))
 
@@ -671,6 +675,101 @@ struct GridQueue {
       }
     }
   }
+};
+
+// ---- a CPU of its own for each thread of a region ----------------------------------------------
+// Linux balances runnable threads per CPU. With another process pinned to one of two CPUs, it
+// counts two threads of a team sharing the other CPU as balanced, and leaves them there: the
+// team then gets one core where one and a half are to be had (matmul 2048^3 with one core busy:
+// 172 ms with both threads on one CPU, 114 with one on each). So at the start of a region each
+// thread notes its CPU, and a thread that finds a teammate already there moves itself, for the
+// region, to an allowed CPU that no teammate is on. Thread 0 (the caller's) never moves. The
+// move ends after the region's last barrier: moved back while a teammate still works, the
+// thread could wait out the barrier on that teammate's CPU.
+inline constexpr int kMaxTeam = 64;
+inline uint64_t g_team_slot[kMaxTeam];  // per thread: the region it last started, its CPU
+inline uint32_t g_team_region = 0;
+
+// A fresh number for each region (its threads' notes of an older region are ignored).
+DT_INLINE uint32_t next_team_region() { return __atomic_add_fetch(&g_team_region, 1, __ATOMIC_RELAXED); }
+
+#if defined(__linux__)
+namespace detail {
+// The first CPU in `allowed` that is not in `taken`, or -1.
+DT_INLINE int free_cpu(const cpu_set_t& allowed, const int* taken, int n_taken) {
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &allowed)) continue;
+    bool used = false;
+    for (int i = 0; i < n_taken; ++i) used = used || taken[i] == c;
+    if (!used) return c;
+  }
+  return -1;
+}
+}  // namespace detail
+#endif
+
+class OwnCpu {
+ public:
+  OwnCpu(uint32_t region, int thread, int team) : region_(region), thread_(thread), team_(team) {}
+  // Notes this thread's CPU and, if a teammate noted the same one in this region, moves this
+  // thread to a CPU that no teammate noted. Called before each chunk of grid steps: the threads
+  // start in no set order, and the scheduler may put them together later.
+  void settle() {
+#if defined(__linux__)
+    settle_on(sched_getcpu());
+#endif
+  }
+  // settle() for a thread that runs on `cpu` (tests pass one).
+  void settle_on(int cpu) {
+#if defined(__linux__)
+    if (cpu < 0 || team_ < 2 || team_ > kMaxTeam || thread_ < 0 || thread_ >= team_) return;
+    note(cpu);
+    if (thread_ == 0 || moves_ >= kMaxMoves) return;
+    int taken[kMaxTeam];
+    int n_taken = 0;
+    bool shared = false;
+    for (int t = 0; t < team_; ++t) {
+      uint64_t s = __atomic_load_n(&g_team_slot[t], __ATOMIC_SEQ_CST);
+      if (t == thread_ || uint32_t(s >> 32) != region_) continue;
+      taken[n_taken++] = int(uint32_t(s));
+      shared = shared || int(uint32_t(s)) == cpu;
+    }
+    if (!shared) return;
+    if (moves_ == 0 && sched_getaffinity(0, sizeof before_, &before_) != 0) return;
+    taken[n_taken++] = cpu;
+    int to = detail::free_cpu(before_, taken, n_taken);
+    if (to < 0) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(to, &one);
+    if (sched_setaffinity(0, sizeof one, &one) != 0) return;
+    ++moves_;
+    note(to);
+#else
+    (void)cpu;
+#endif
+  }
+  // After the region's last barrier: the thread may run anywhere it could before.
+  void release() {
+#if defined(__linux__)
+    if (moves_ > 0) sched_setaffinity(0, sizeof before_, &before_);
+    moves_ = 0;
+#endif
+  }
+  OwnCpu(const OwnCpu&) = delete;
+  OwnCpu& operator=(const OwnCpu&) = delete;
+
+ private:
+  static constexpr int kMaxMoves = 4;  // a region's moves per thread (each a system call)
+  void note(int cpu) {
+    __atomic_store_n(&g_team_slot[thread_], (uint64_t(region_) << 32) | uint32_t(cpu), __ATOMIC_SEQ_CST);
+  }
+  const uint32_t region_;
+  const int thread_, team_;
+  int moves_ = 0;
+#if defined(__linux__)
+  cpu_set_t before_;
+#endif
 };
 
 // ---- streaming (non-temporal) stores: config `stores: stream` ----
