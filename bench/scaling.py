@@ -170,6 +170,7 @@ def write_plot(path, result):
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import NullFormatter
     except ImportError:
         return False
     kernels = list(dict.fromkeys(r["kernel"] for r in result["rows"]))
@@ -184,6 +185,9 @@ def write_plot(path, result):
         ax.plot(work, [t0 * w / w0 for w in work], ":", color="gray", label="proportional to work")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        # Labels at the decades only: matplotlib's minor labels overlap on a short log axis.
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"work ({mine[0]['unit']}s)")
         ax.set_ylabel("median ms")
         ax.set_title(k)
