@@ -267,6 +267,24 @@ TEST(GeneratedCode, ThreadsOfAProductTakeCpusOfTheirOwn) {
   EXPECT_EQ(emit_threads("softmax", {130, 1000}, 2).find("OwnCpu"), std::string::npos);
 }
 
+// The grid's schedule keeps the steps that share a packed B panel (the row blocks of one column
+// block) together: matmul's default order walks 4 blocks of 32 rows per column block.
+TEST(GeneratedCode, ScheduleKeepsAPackedPanelsStepsTogether) {
+  driver::Specialized s = specialize_at("matmul", {128, 256, 512});
+  config::Config c = s.space.default_config();
+  c.set("num_threads", 2);
+  c.set("block_m", 32);
+  c.set("block_n", 64);
+  c.set("block_k", 256);
+  c.set("inner_k_y", "resident");
+  c.set("grid_order", config::Json::array({1, 0}));
+  std::string src = s.backend->emit(driver::lower(s, c));
+  EXPECT_NE(src.find("dt::GridQueue grid_steps(32, 2, 4);"), std::string::npos) << src;
+  c.set("inner_k_y", "in_place");  // nothing packed per column: plain chunks
+  src = s.backend->emit(driver::lower(s, c));
+  EXPECT_NE(src.find("dt::GridQueue grid_steps(32, 2);"), std::string::npos) << src;
+}
+
 // Without dots or whole dims, the cpu target's default blocks take whole contiguous rows (up
 // to 4096 elements) and proportionally fewer rows; row kernels (whole dims) as few rows as fill
 // 16 KiB.

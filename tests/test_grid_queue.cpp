@@ -1,6 +1,7 @@
 // The grid schedule generated CPU kernels run (dt::GridQueue in the runtime header): every step
-// handed out exactly once, in chunks of consecutive steps no longer than the cap, shrinking to
-// single steps at the end, also when threads claim concurrently. And dt::OwnCpu: a thread that
+// handed out exactly once, in chunks of consecutive steps no longer than the cap (whole runs of
+// steps that share a packed block while many are left), shrinking to single steps at the end,
+// also when threads claim concurrently. And dt::OwnCpu: a thread that
 // finds a teammate on its CPU moves to a free one for the region, and back after it.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -8,7 +9,9 @@
 
 #include <thread>
 
+#include <algorithm>
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "backends/cpu/runtime/deuteron_cpu.h"
@@ -36,6 +39,55 @@ TEST(GridQueue, ChunksCoverTheGridInOrderAndShrinkAtTheEnd) {
   dt::GridQueue empty(0, 2);
   int64_t b = 0, e = 0;
   EXPECT_FALSE(empty.claim(&b, &e));
+}
+
+// Runs of steps that share a packed block (epilogue_subtiling: 8 row blocks per column of W):
+// while 2 runs a thread are left, every chunk is whole runs, so one thread packs each block;
+// the tail still shrinks to single steps.
+TEST(GridQueue, ChunksKeepRunsWholeWhileManyAreLeft) {
+  for (auto [size, threads, run] : {std::tuple<int64_t, int64_t, int64_t>{64, 2, 8}, {128, 2, 4}, {512, 2, 16},
+                                    {12, 2, 2}, {960, 3, 12}}) {
+    dt::GridQueue q(size, threads, run);
+    ASSERT_EQ(q.run, run) << size;
+    int64_t begin = -1, end = -1, expect = 0, last = 0;
+    while (q.claim(&begin, &end)) {
+      ASSERT_EQ(begin, expect) << size;
+      ASSERT_GT(end, begin) << size;
+      ASSERT_LE(end - begin, std::max(q.max_chunk, run)) << size;
+      if (size - begin >= 2 * threads * run) {
+        EXPECT_EQ(begin % run, 0) << size << ": chunk at " << begin;
+        EXPECT_EQ((end - begin) % run, 0) << size << ": chunk at " << begin;
+      }
+      last = end - begin;
+      expect = end;
+    }
+    EXPECT_EQ(expect, size);
+    EXPECT_EQ(last, 1) << size;
+  }
+  // A run longer than 2 chunks would hold a slowed thread's share too long, and one that does
+  // not divide the grid is not a run: plain chunks.
+  EXPECT_EQ(dt::GridQueue(64, 2, 16).run, 1);
+  EXPECT_EQ(dt::GridQueue(60, 2, 8).run, 1);
+  EXPECT_EQ(dt::GridQueue(64, 2, 0).run, 1);
+}
+
+// Two threads of equal speed taking turns: with runs, each packed block of epilogue_subtiling's
+// grid (64 steps, 8 per block) is packed by fewer threads than with plain chunks of 4, where
+// both threads pack every block.
+TEST(GridQueue, RunsCutTheBlocksTwoThreadsBothPack) {
+  auto packs = [](dt::GridQueue q) {
+    int64_t key[2] = {-1, -1}, done[2] = {0, 0}, count = 0, b = 0, e = 0;
+    for (;;) {
+      int t = done[0] <= done[1] ? 0 : 1;  // the thread that frees up first claims next
+      if (!q.claim(&b, &e)) break;
+      for (int64_t pid = b; pid < e; ++pid)
+        if (key[t] != pid / 8) key[t] = pid / 8, ++count;
+      done[t] += e - b;
+    }
+    return count;
+  };
+  EXPECT_EQ(packs(dt::GridQueue(64, 2)), 16);
+  EXPECT_LE(packs(dt::GridQueue(64, 2, 8)), 11);
 }
 
 TEST(GridQueue, ConcurrentClaimsHandOutEachStepOnce) {

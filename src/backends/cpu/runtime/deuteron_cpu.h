@@ -656,19 +656,36 @@ inline constexpr int64_t kReduceChunk = 32;
 // process holds back only its current chunk), and near the end a 2 x threads'th of what is left,
 // down to one step, so the threads finish together instead of one waiting out a whole chunk of
 // the other's. One compare-and-swap per chunk; the region's closing barrier orders the writes.
+//
+// `run`: consecutive steps that share a packed operand block (a matrix product's B panel is the
+// same for every block of rows in a column). While at least 2 whole runs a thread are left, a
+// chunk is whole runs, so no two threads pack the same block: with chunks of 4 in runs of 8,
+// both threads packed every column of epilogue_subtiling's W. Taken only where a run is at most
+// twice max_chunk, so a chunk still holds back little.
 struct GridQueue {
   static constexpr int64_t kChunksPerThread = 8;
   int64_t next = 0;  // the first step not handed out yet (updated atomically)
-  const int64_t size, threads, max_chunk;
-  GridQueue(int64_t size, int64_t threads)
+  const int64_t size, threads, max_chunk, run;
+  GridQueue(int64_t size, int64_t threads, int64_t run = 1)
       : size(size), threads(threads),
-        max_chunk(size / (threads * kChunksPerThread) > 1 ? size / (threads * kChunksPerThread) : 1) {}
+        max_chunk(size / (threads * kChunksPerThread) > 1 ? size / (threads * kChunksPerThread) : 1),
+        run(run > 1 && run <= 2 * max_chunk && size % run == 0 ? run : 1) {}
+  // Steps in the chunk that starts at b.
+  inline __attribute__((always_inline)) int64_t chunk_at(int64_t b) const {
+    const int64_t left = size - b;
+    if (run > 1 && left >= 2 * threads * run) {  // whole runs (b is a multiple of run here)
+      const int64_t most = max_chunk / run > 1 ? max_chunk / run * run : run;
+      const int64_t c = left / (2 * threads) / run * run;
+      return c > most ? most : c;
+    }
+    const int64_t c = left / (2 * threads);
+    return c < 1 ? 1 : c > max_chunk ? max_chunk : c;
+  }
   inline __attribute__((always_inline)) bool claim(int64_t* begin, int64_t* end) {
     int64_t b = __atomic_load_n(&next, __ATOMIC_RELAXED);
     for (;;) {
       if (b >= size) return false;
-      int64_t c = (size - b) / (2 * threads);
-      c = c < 1 ? 1 : c > max_chunk ? max_chunk : c;
+      const int64_t c = chunk_at(b);
       if (__atomic_compare_exchange_n(&next, &b, b + c, /*weak=*/true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
         *begin = b, *end = b + c;
         return true;
