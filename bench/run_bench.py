@@ -512,6 +512,9 @@ class Deuteron:
             self.note("output is WRONG: left out of the speedups and geomeans")
 
 def set_roofline_fractions(row, roof) -> None:
+    """Compute-bound rows: of the run's FMA peak. Memory-bound rows: of the copy bandwidth probed
+    beside their quiet rounds where there is one (row["copy_gbps_beside"]), else the run's."""
+    copy = row.get("copy_gbps_beside") or roof["copy_gbps"]
     for sv in row["systems"].values():
         t = sv.get("median_ms")
         if not t or "bytes" not in row:
@@ -519,7 +522,24 @@ def set_roofline_fractions(row, roof) -> None:
         elif row["compute_bound"]:
             sv["roofline_fraction"] = row["flops"] / (t * 1e-3) / 1e9 / roof["peak_gflops"]
         else:
-            sv["roofline_fraction"] = row["bytes"] / (t * 1e-3) / 1e9 / roof["copy_gbps"]
+            sv["roofline_fraction"] = row["bytes"] / (t * 1e-3) / 1e9 / copy
+
+
+def probe_copy_bandwidth(row, ctx) -> None:
+    """For a memory-bound row: the copy bandwidth `deuteron roofline --remeasure` finds right
+    after its quiet rounds, and the better of it and the probe before them (the previous row's,
+    or the run's first), kept as the row's roofline. This host's bandwidth moves by tens of
+    percent within minutes, so a figure taken minutes away says little about these rounds."""
+    if row.get("compute_bound", True) or ctx.get("copy_probe_gbps") is None:
+        return
+    try:
+        after = measure_roofline(ctx["deuterons"][0]["binary"], True)["copy_gbps"]
+    except (subprocess.CalledProcessError, json.JSONDecodeError, KeyError) as e:
+        log(f"{row['kernel']}: the copy bandwidth probe failed ({e}); the run's roofline is used")
+        return
+    row["copy_gbps_probes"] = [round(ctx["copy_probe_gbps"], 1), round(after, 1)]
+    row["copy_gbps_beside"] = max(ctx["copy_probe_gbps"], after)
+    ctx["copy_probe_gbps"] = after
 
 
 def measure_roofline(binary, remeasure: bool) -> dict:
@@ -671,6 +691,7 @@ def run_kernel(entry, spec, args, ctx) -> dict:
         return elapsed, max(0.0, foreign)
 
     row["timing_s"], row["foreign_load_cores"] = timed_rounds(False)
+    probe_copy_bandwidth(row, ctx)
     if args.busy:
         # The same rounds again while a busy loop holds one core (the configs stay the quiet
         # rounds'): what a shared machine does to each system.
@@ -807,8 +828,9 @@ def write_markdown(path, result):
         cells.append(fmt_x(r.get("speedup_vs_best")))
         if busy:
             cells.append(fmt_x(r.get("busy_speedup_vs_best")))
+        beside = f", {r['copy_gbps_beside']:.1f} GB/s" if r.get("copy_gbps_beside") and not r.get("compute_bound") else ""
         cells.append(" / ".join(fmt_pct(S.get(s, {}).get("roofline_fraction")) for s in ["deuteron"] + base)
-                     + (" (FMA)" if r.get("compute_bound") else " (BW)"))
+                     + (" (FMA)" if r.get("compute_bound") else f" (BW{beside})"))
         cells.append(f"{r.get('foreign_load_cores', 0):.2f}")
         L.append("| " + " | ".join(cells) + " |")
     gb = gm.get("geomean_after_over_before")
@@ -842,6 +864,9 @@ def write_markdown(path, result):
              f"`deuteron roofline`{measured_when(roof)} "
              f"({roof['copy_gbps']:.1f} GB/s copy{spread}; "
              f"{roof['peak_gflops']:.0f} GFLOP/s FMA on {meta['threads']} cores). "
+             "A memory-bound row with a GB/s figure in its roofline cell is measured against that copy "
+             "bandwidth instead: the better of two `deuteron roofline --remeasure` probes, one right after "
+             "its quiet rounds and the one before them, since this machine's bandwidth moves within minutes. "
              "\"other load\": CPU cores used by other processes while the kernel was timed "
              "(this machine is shared; > 0.2 means the timings are disturbed).")
     over = sorted({r["kernel"] for r in rows for v in r["systems"].values() if (v.get("roofline_fraction") or 0) > 1.0})
@@ -940,7 +965,7 @@ def write_csv(path, result):
         [f"{s}_{c}" for s in dsys for c in ("config_origin", "correct", "tune_s", "config")] + \
         (["after_over_before"] if len(dsys) > 1 else []) + \
         ["best_baseline", "speedup_vs_best", "busy_best_baseline", "busy_speedup_vs_best", "bytes", "flops",
-         "compute_bound", "foreign_load_cores", "busy_foreign_load_cores"]
+         "compute_bound", "copy_gbps_beside", "foreign_load_cores", "busy_foreign_load_cores"]
     for s in systems:
         fields += [f"{s}_ms", f"{s}_busy_ms", f"{s}_min_ms", f"{s}_runs", f"{s}_roofline_fraction", f"{s}_first_call_s"]
         if s not in DEUTERONS:
@@ -952,7 +977,7 @@ def write_csv(path, result):
             o = {"kernel": r["kernel"], "shape": "x".join(map(str, r["shape"])), "dtype": r["dtype"],
                  "best_baseline": r.get("best_baseline"), "speedup_vs_best": r.get("speedup_vs_best"),
                  "bytes": r.get("bytes"), "flops": r.get("flops"), "compute_bound": r.get("compute_bound"),
-                 "foreign_load_cores": r.get("foreign_load_cores"),
+                 "copy_gbps_beside": r.get("copy_gbps_beside"), "foreign_load_cores": r.get("foreign_load_cores"),
                  "busy_best_baseline": r.get("busy_best_baseline"), "busy_speedup_vs_best": r.get("busy_speedup_vs_best"),
                  "busy_foreign_load_cores": r.get("busy_foreign_load_cores")}
             if len(dsys) > 1:
@@ -1189,7 +1214,8 @@ def main(argv=None) -> int:
     systems = ["deuteron"] + [s.strip() for s in args.systems.split(",") if s.strip()]
     systems[1:1] = [t["name"] for t in tools[1:]]
     ctx = {"deuterons": tools, "roofline": roofline, "systems": systems,
-           "busy_cpu": sorted(os.sched_getaffinity(0))[0]}
+           "busy_cpu": sorted(os.sched_getaffinity(0))[0],
+           "copy_probe_gbps": roofline["copy_gbps"] if args.roofline == "measure" else None}
 
     rows, skipped = [], []
     for e in entries:

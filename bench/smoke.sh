@@ -83,6 +83,15 @@ for name, row in rows.items():
     if not d.get("busy_median_ms") or not row["systems"]["deuteron"].get("roofline_fraction"):
         errors.append(f"{name}: deuteron busy_median_ms={d.get('busy_median_ms')} "
                       f"roofline_fraction={d.get('roofline_fraction')}")
+    # A memory-bound row's roofline is the copy bandwidth probed beside its rounds.
+    if not row.get("compute_bound"):
+        probes, beside = row.get("copy_gbps_probes") or [], row.get("copy_gbps_beside") or 0
+        if len(probes) != 2 or not beside > 0 or abs(beside - max(probes)) > 0.06 * beside:
+            errors.append(f"{name}: copy probes {probes}, beside {beside}")
+        elif d.get("median_ms"):
+            want = row["bytes"] / (d["median_ms"] * 1e-3) / 1e9 / beside
+            if abs(d["roofline_fraction"] - want) > 1e-6 * want:
+                errors.append(f"{name}: roofline_fraction {d['roofline_fraction']} != {want} (bytes / time / beside)")
     for s in ("torch_eager", "torch_compile", "jax_jit"):
         v = row["systems"].get(s) or {}
         if v.get("error") or not (v.get("check") or {}).get("ok") or not v.get("median_ms"):
