@@ -523,6 +523,8 @@ def set_roofline_fractions(row, roof) -> None:
             sv["roofline_fraction"] = row["flops"] / (t * 1e-3) / 1e9 / roof["peak_gflops"]
         else:
             sv["roofline_fraction"] = row["bytes"] / (t * 1e-3) / 1e9 / copy
+            if row.get("copy_nt_gbps_after"):
+                sv["nt_roofline_fraction"] = row["bytes"] / (t * 1e-3) / 1e9 / row["copy_nt_gbps_after"]
 
 
 def probe_copy_bandwidth(row, ctx) -> None:
@@ -533,13 +535,17 @@ def probe_copy_bandwidth(row, ctx) -> None:
     if row.get("compute_bound", True) or ctx.get("copy_probe_gbps") is None:
         return
     try:
-        after = measure_roofline(ctx["deuterons"][0]["binary"], True)["copy_gbps"]
+        probe = measure_roofline(ctx["deuterons"][0]["binary"], True)
+        after = probe["copy_gbps"]
     except (subprocess.CalledProcessError, json.JSONDecodeError, KeyError) as e:
         log(f"{row['kernel']}: the copy bandwidth probe failed ({e}); the run's roofline is used")
         return
     row["copy_gbps_probes"] = [round(ctx["copy_probe_gbps"], 1), round(after, 1)]
     row["copy_gbps_beside"] = max(ctx["copy_probe_gbps"], after)
     ctx["copy_probe_gbps"] = after
+    # Streaming stores skip the read of each output line that plain stores make, so a kernel
+    # that streams may pass 100% of the plain copy: the non-temporal copy is its limit.
+    row["copy_nt_gbps_after"] = (probe.get("copy_nt") or {}).get("best_gbps")
 
 
 def measure_roofline(binary, remeasure: bool) -> dict:
@@ -828,7 +834,12 @@ def write_markdown(path, result):
         cells.append(fmt_x(r.get("speedup_vs_best")))
         if busy:
             cells.append(fmt_x(r.get("busy_speedup_vs_best")))
-        beside = f", {r['copy_gbps_beside']:.1f} GB/s" if r.get("copy_gbps_beside") and not r.get("compute_bound") else ""
+        beside = ""
+        if r.get("copy_gbps_beside") and not r.get("compute_bound"):
+            beside = f", {r['copy_gbps_beside']:.1f} GB/s"
+            nt = (S.get("deuteron") or {}).get("nt_roofline_fraction")
+            if nt and r.get("copy_nt_gbps_after"):
+                beside += f"; D {fmt_pct(nt)} of the non-temporal copy's {r['copy_nt_gbps_after']:.1f}"
         cells.append(" / ".join(fmt_pct(S.get(s, {}).get("roofline_fraction")) for s in ["deuteron"] + base)
                      + (" (FMA)" if r.get("compute_bound") else f" (BW{beside})"))
         cells.append(f"{r.get('foreign_load_cores', 0):.2f}")
@@ -866,7 +877,10 @@ def write_markdown(path, result):
              f"{roof['peak_gflops']:.0f} GFLOP/s FMA on {meta['threads']} cores). "
              "A memory-bound row with a GB/s figure in its roofline cell is measured against that copy "
              "bandwidth instead: the better of two `deuteron roofline --remeasure` probes, one right after "
-             "its quiet rounds and the one before them, since this machine's bandwidth moves within minutes. "
+             "its quiet rounds and the one before them, since this machine's bandwidth moves within minutes; "
+             "beside it, Deuteron's share of the non-temporal copy the second probe measured (a kernel that "
+             "writes with streaming stores skips the read of each output line, and may pass 100% of the "
+             "plain copy). "
              "\"other load\": CPU cores used by other processes while the kernel was timed "
              "(this machine is shared; > 0.2 means the timings are disturbed).")
     over = sorted({r["kernel"] for r in rows for v in r["systems"].values() if (v.get("roofline_fraction") or 0) > 1.0})
@@ -965,7 +979,8 @@ def write_csv(path, result):
         [f"{s}_{c}" for s in dsys for c in ("config_origin", "correct", "tune_s", "config")] + \
         (["after_over_before"] if len(dsys) > 1 else []) + \
         ["best_baseline", "speedup_vs_best", "busy_best_baseline", "busy_speedup_vs_best", "bytes", "flops",
-         "compute_bound", "copy_gbps_beside", "foreign_load_cores", "busy_foreign_load_cores"]
+         "compute_bound", "copy_gbps_beside", "copy_nt_gbps_after", "deuteron_nt_roofline_fraction",
+         "foreign_load_cores", "busy_foreign_load_cores"]
     for s in systems:
         fields += [f"{s}_ms", f"{s}_busy_ms", f"{s}_min_ms", f"{s}_runs", f"{s}_roofline_fraction", f"{s}_first_call_s"]
         if s not in DEUTERONS:
@@ -977,7 +992,9 @@ def write_csv(path, result):
             o = {"kernel": r["kernel"], "shape": "x".join(map(str, r["shape"])), "dtype": r["dtype"],
                  "best_baseline": r.get("best_baseline"), "speedup_vs_best": r.get("speedup_vs_best"),
                  "bytes": r.get("bytes"), "flops": r.get("flops"), "compute_bound": r.get("compute_bound"),
-                 "copy_gbps_beside": r.get("copy_gbps_beside"), "foreign_load_cores": r.get("foreign_load_cores"),
+                 "copy_gbps_beside": r.get("copy_gbps_beside"), "copy_nt_gbps_after": r.get("copy_nt_gbps_after"),
+                 "deuteron_nt_roofline_fraction": (r["systems"].get("deuteron") or {}).get("nt_roofline_fraction"),
+                 "foreign_load_cores": r.get("foreign_load_cores"),
                  "busy_best_baseline": r.get("busy_best_baseline"), "busy_speedup_vs_best": r.get("busy_speedup_vs_best"),
                  "busy_foreign_load_cores": r.get("busy_foreign_load_cores")}
             if len(dsys) > 1:

@@ -92,6 +92,8 @@ for name, row in rows.items():
             want = row["bytes"] / (d["median_ms"] * 1e-3) / 1e9 / beside
             if abs(d["roofline_fraction"] - want) > 1e-6 * want:
                 errors.append(f"{name}: roofline_fraction {d['roofline_fraction']} != {want} (bytes / time / beside)")
+            if not (d.get("nt_roofline_fraction") or 0) > 0:
+                errors.append(f"{name}: no share of the non-temporal copy ({row.get('copy_nt_gbps_after')})")
     for s in ("torch_eager", "torch_compile", "jax_jit"):
         v = row["systems"].get(s) or {}
         if v.get("error") or not (v.get("check") or {}).get("ok") or not v.get("median_ms"):
