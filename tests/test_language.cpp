@@ -108,6 +108,51 @@ TEST(Language, BinaryWhereCompareAndBroadcast) {
   }
 }
 
+// A value that depends on no grid index (the sum of all of w) is computed once per thread before
+// the grid steps; the row sums, which depend on the grid, stay in the steps. Both give the same
+// answer on one thread and on two, whatever the blocks.
+static const auto grid_invariant = deuteron::kernel(
+    "grid_invariant",
+    [](hl::Tensor x, hl::Tensor w) {
+      auto out = hl::empty_like(x);
+      for (auto tm : hl::tile(x.size(0), {.name = "rows"})) {
+        auto total = w[{hl::all}].sum(0);  // the same in every grid step
+        auto row = x[{tm, hl::all}];
+        out[{tm, hl::all}] = row * total - row.sum(1, true);
+      }
+      return out;
+    },
+    {.arg_names = {"x", "w"}});
+
+TEST(Language, GridInvariantValuesRunOncePerThread) {
+  for (auto shape : kShapes) {
+    int64_t m = shape[0], n = shape[1];
+    Tensor x = Tensor::rand(shape, DType::f32, 7, -2, 2), w = Tensor::rand({n}, DType::f32, 8, -1, 1);
+    double total = 0;
+    for (int64_t j = 0; j < n; ++j) total += w.get(j);
+    std::vector<double> rows(size_t(m), 0.0);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) rows[size_t(i)] += x.get(i * n + j);
+    auto want = [&](int64_t i, int64_t j) { return x.get(i * n + j) * total - rows[size_t(i)]; };
+    expect_2d(grid_invariant, {x, w}, want, 0, std::nullopt, 1e-4);
+    for (int64_t threads : {1, 2}) {
+      config::Config c = sized(grid_invariant, {x, w}, {{"block_rows", 4}});
+      c.set("num_threads", threads);
+      expect_2d(grid_invariant, {x, w}, want, 0, c, 1e-4);
+    }
+  }
+  std::vector<Arg> args = {Tensor::rand({37, 130}, DType::f32, 7), Tensor::rand({130}, DType::f32, 8)};
+  driver::Specialized s = driver::specialize(grid_invariant, frontend::describe_args(grid_invariant, args), "cpu");
+  std::string src = s.backend->emit(driver::lower(s, s.space.default_config()));
+  size_t once = src.find("// once per thread, before its grid steps"), steps = src.find("for (int64_t pid");
+  ASSERT_NE(once, std::string::npos) << src;
+  ASSERT_NE(steps, std::string::npos) << src;
+  EXPECT_LT(once, steps);
+  EXPECT_NE(src.find("w[", once), std::string::npos);
+  EXPECT_LT(src.find("w["), steps) << "w's sum is read in the grid steps:\n" << src;
+  EXPECT_GT(src.find("x["), steps) << "x's rows are read before the grid steps:\n" << src;
+}
+
 // Row reductions with and without keepdim, persistent and looped.
 static const auto row_stats = deuteron::kernel("row_stats", [](hl::Tensor x) {
   int64_t m = x.size(0);

@@ -141,6 +141,11 @@ class Generator {
     line("char* const fast = scratch + long(omp_get_thread_num()) * scratch_per_thread;");
     scratch_arrays();
     ordered_copies();
+    if (!p_.hoisted.empty()) {
+      line("// once per thread, before its grid steps: these depend on no grid index");
+      for (const plan::Item& it : p_.bodies[size_t(&grid - k_.loops.data())])
+        if (!it.is_loop && hoisted(it.group)) emit_group(it.group);
+    }
     if (dynamic_schedule()) {
       line(own_cpus ? "for (int64_t first = 0, last = 0; own_cpu.settle(), grid_steps.claim(&first, &last);)"
                 : "for (int64_t first = 0, last = 0; grid_steps.claim(&first, &last);)");
@@ -1805,11 +1810,16 @@ class Generator {
     line("}");
   }
 
+  bool hoisted(const plan::Group& g) const {
+    return !g.ops.empty() && std::find(p_.hoisted.begin(), p_.hoisted.end(), g.ops.front()) != p_.hoisted.end();
+  }
+
   void body(int loop_id) {
     const std::vector<plan::Item>& items = p_.bodies[size_t(loop_id)];
     bool after_dot = false;
     for (size_t ii = 0; ii < items.size(); ++ii) {
       const plan::Item& it = items[ii];
+      if (!it.is_loop && hoisted(it.group)) continue;  // run before the grid steps
       if (!it.is_loop) {
         if (after_dot && subtile_eligible(it.group)) {
           size_t last = ii;

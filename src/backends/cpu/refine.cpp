@@ -99,6 +99,7 @@ class Refiner {
     epilogue_axis();
     if (c.has(kStores) && c.text(kStores) == kStoresStream) streamed_stores();
     row_prefetches();
+    hoist_invariant_groups();
     for (const plan::Dot& d : p_.dots) p_.gemms.push_back(gemm(d));
     for (Gemm& g : p_.gemms) {
       auto bf16_packed = [&](const GemmOperand& x) {
@@ -242,6 +243,60 @@ class Refiner {
       }
     };
     walk(p_.bodies[size_t(&k().grid_loop() - k().loops.data())]);
+  }
+
+  // See CpuPlan::hoisted. An op depends on no grid index when its dims hold no grid axis, its
+  // inputs depend on none, and, for a load, it reads a tensor the kernel never writes at indices
+  // no grid axis drives. Ops in inner loops, carried values, dots, scans and stores count as
+  // depending on the grid (they are never hoisted).
+  void hoist_invariant_groups() {
+    const ir::Kernel& kk = k();
+    const ir::Loop& grid = kk.grid_loop();
+    auto on_grid = [&](int axis) { return std::find(grid.axes.begin(), grid.axes.end(), axis) != grid.axes.end(); };
+    std::set<int> written;
+    for (const ir::Op& op : kk.ops)
+      if (op.kind == ir::OpKind::Store) written.insert(op.tensor);
+    std::vector<bool> invariant(kk.values.size(), false);
+    auto free_of_grid = [&](ir::ValueId v) {
+      const std::vector<int>& dims = kk.value(v).dims;
+      return std::none_of(dims.begin(), dims.end(), on_grid);
+    };
+    auto op_invariant = [&](const ir::Op& op) {
+      switch (op.kind) {
+        case ir::OpKind::Dot:
+        case ir::OpKind::Scan:
+        case ir::OpKind::Store:
+          return false;
+        case ir::OpKind::TileIndex:
+        case ir::OpKind::TileBegin:
+        case ir::OpKind::TileEnd:
+        case ir::OpKind::TileSize:
+          if (on_grid(op.axis)) return false;
+          break;
+        case ir::OpKind::Load:
+          if (written.count(op.tensor)) return false;
+          for (const ir::Index& e : op.index)
+            if (e.kind == ir::Index::Kind::Axis ? on_grid(e.axis) : e.value >= 0 && !invariant[size_t(e.value)]) return false;
+          break;
+        default: break;
+      }
+      for (ir::ValueId in : op.inputs)
+        if (!invariant[size_t(in)]) return false;
+      return op.result < 0 || free_of_grid(op.result);
+    };
+    for (const ir::Stmt& st : grid.body)
+      if (st.kind == ir::Stmt::Kind::Op) {
+        const ir::Op& op = kk.op(st.id);
+        if (op.result >= 0) invariant[size_t(op.result)] = op_invariant(op);
+      }
+    for (const plan::Item& it : p_.bodies[size_t(&grid - kk.loops.data())]) {
+      if (it.is_loop || it.group.ops.empty()) continue;
+      bool all = std::all_of(it.group.ops.begin(), it.group.ops.end(), [&](int o) {
+        const ir::Op& op = kk.op(o);
+        return op.result >= 0 && invariant[size_t(op.result)];
+      });
+      if (all) p_.hoisted.push_back(it.group.ops.front());
+    }
   }
 
   // A copy of a load may be skipped when the grid indices it depends on repeat.
@@ -437,6 +492,9 @@ std::string describe(const CpuPlan& p) {
     out += fmt::format("    {} KiB of the scratch: resident copies every grid step reads whole, packed at a thread's first "
                        "step and kept in the L3 (one column panel at a time in the L2)\n",
                        (p.l3_resident_bytes + 1023) / 1024);
+  for (int o : p.hoisted)
+    out += fmt::format("    the group of line {} runs once per thread, before the grid steps: it depends on no grid index\n",
+                       k.op(o).loc.line());
   if (p.grid_group > 1) out += fmt::format("    grid traversal in groups of {}\n", p.grid_group);
   if (p.epilogue_subtiles > 1 && p.epilogue_axis >= 0)
     out += fmt::format("    epilogue in {} sub-tiles along {}\n", p.epilogue_subtiles, k.axis(p.epilogue_axis).name);

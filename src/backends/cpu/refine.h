@@ -96,6 +96,10 @@ struct CpuPlan : plan::Plan {
   int epilogue_axis = -1;
   std::vector<StreamedStore> streamed;
   std::vector<RowPrefetch> prefetches;
+  // Groups of the grid body (by their first op) that depend on no grid index: each thread runs
+  // them once, before its grid steps, instead of in every step (cross_entropy counts all N
+  // labels that are not ignored for the mean's denominator: 4% of its time in every step).
+  std::vector<int> hoisted;
   // Scratch bytes of resident packed copies no grid index selects, checked against the thread's
   // share of the last-level cache instead of the L2 (one column panel each counts there).
   int64_t l3_resident_bytes = 0;
