@@ -540,7 +540,7 @@ def probe_copy_bandwidth(row, ctx) -> None:
     except (subprocess.CalledProcessError, json.JSONDecodeError, KeyError) as e:
         log(f"{row['kernel']}: the copy bandwidth probe failed ({e}); the run's roofline is used")
         return
-    row["copy_gbps_probes"] = [round(ctx["copy_probe_gbps"], 1), round(after, 1)]
+    row["copy_gbps_probes"] = [ctx["copy_probe_gbps"], after]
     row["copy_gbps_beside"] = max(ctx["copy_probe_gbps"], after)
     ctx["copy_probe_gbps"] = after
     # Streaming stores skip the read of each output line that plain stores make, so a kernel

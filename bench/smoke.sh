@@ -86,7 +86,7 @@ for name, row in rows.items():
     # A memory-bound row's roofline is the copy bandwidth probed beside its rounds.
     if not row.get("compute_bound"):
         probes, beside = row.get("copy_gbps_probes") or [], row.get("copy_gbps_beside") or 0
-        if len(probes) != 2 or not beside > 0 or abs(beside - max(probes)) > 0.06 * beside:
+        if len(probes) != 2 or not beside > 0 or beside != max(probes):
             errors.append(f"{name}: copy probes {probes}, beside {beside}")
         elif d.get("median_ms"):
             want = row["bytes"] / (d["median_ms"] * 1e-3) / 1e9 / beside

@@ -1,8 +1,8 @@
 // The grid schedule generated CPU kernels run (dt::GridQueue in the runtime header): every step
 // handed out exactly once, in chunks of consecutive steps no longer than the cap (whole runs of
 // steps that share a packed block while many are left), shrinking to single steps at the end,
-// also when threads claim concurrently. And dt::OwnCpu: a thread that
-// finds a teammate on its CPU moves to a free one for the region, and back after it.
+// also when threads claim concurrently. And dt::OwnCpu: a thread that finds a teammate on its
+// CPU moves to a free one for the region, and back after it.
 #include <gtest/gtest.h>
 #include <omp.h>
 #include <sched.h>

@@ -118,13 +118,11 @@ class Generator {
     // schedule.
     if (dynamic_schedule()) {
       const std::string run = shared_run();
-      if (run == "1")
-        line(fmt::format("dt::GridQueue grid_steps({}, {});  // about 8 chunks a thread, smaller at the end",
-                         rt_ ? "grid" : std::to_string(p_.grid_size()), p_.threads));
-      else
-        line(fmt::format("dt::GridQueue grid_steps({}, {}, {});  // about 8 chunks a thread, whole runs of {} "
-                         "steps (one packed block) while many are left",
-                         rt_ ? "grid" : std::to_string(p_.grid_size()), p_.threads, run, run));
+      const bool runs = run != "1";
+      line(fmt::format("dt::GridQueue grid_steps({}, {}{});  // about 8 chunks a thread{}, smaller at the end",
+                       rt_ ? "grid" : std::to_string(p_.grid_size()), p_.threads, runs ? ", " + run : "",
+                       runs ? fmt::format(" (whole runs of {} steps that share a packed block while many are left)", run)
+                            : ""));
     }
     // Threads of a kernel with matrix products take CPUs of their own (dt::OwnCpu): its steps are
     // long and bound by each core's FMA rate, and with one core busy a thread on it adds half a
@@ -459,32 +457,30 @@ class Generator {
     copy_offsets();
   }
 
-  // Whether the grid loop hands out chunks dynamically (see run()). $DEUTERON_CPU_SCHEDULE=static
-  // keeps every kernel on the static schedule, to measure what the dynamic one costs or gains.
   // Consecutive grid steps that keep every reused operand block (the product of the grid's
   // blocks along the axes faster than the fastest one a block is keyed by), so the schedule can
   // hand each block's steps to one thread: "1" where none is kept, or grouped order reorders them.
   std::string shared_run() const {
-    const size_t na = p_.grid_axes.size();
-    size_t fastest_key = na;  // none yet
+    const int na = int(p_.grid_axes.size());
+    int fastest_key = -1;
     for (const plan::BlockSpec& s : p_.operands) {
       if (!s.reuse || s.placement == plan::Placement::InPlace) continue;
-      for (int a : s.reuse_axes) {
-        size_t i = size_t(std::find(p_.grid_axes.begin(), p_.grid_axes.end(), a) - p_.grid_axes.begin());
-        if (i < na && (fastest_key == na || i > fastest_key)) fastest_key = i;
-      }
+      for (int a : s.reuse_axes)
+        fastest_key = std::max(fastest_key, int(std::find(p_.grid_axes.begin(), p_.grid_axes.end(), a) - p_.grid_axes.begin()));
     }
-    const bool grouped = p_.grid_group > 1 && na >= 2 && p_.grid_blocks[na - 2] > 1;
-    if (fastest_key == na || (grouped && fastest_key + 2 >= na)) return "1";
+    const bool grouped = p_.grid_group > 1 && na >= 2 && p_.grid_blocks[size_t(na - 2)] > 1;
+    if (fastest_key < 0 || (grouped && fastest_key + 2 >= na)) return "1";
     std::string run;
     int64_t known = 1;
-    for (size_t i = fastest_key + 1; i < na; ++i) {
-      if (rt_) run = run.empty() ? grid_blocks(i) : fmt::format("{} * {}", run, grid_blocks(i));
-      else known *= p_.grid_blocks[i];
+    for (int i = fastest_key + 1; i < na; ++i) {
+      if (rt_) run = run.empty() ? grid_blocks(size_t(i)) : fmt::format("{} * {}", run, grid_blocks(size_t(i)));
+      else known *= p_.grid_blocks[size_t(i)];
     }
     return rt_ ? (run.empty() ? "1" : run) : std::to_string(known);
   }
 
+  // Whether the grid loop hands out chunks dynamically (see run()). $DEUTERON_CPU_SCHEDULE=static
+  // keeps every kernel on the static schedule, to measure what the dynamic one costs or gains.
   bool dynamic_schedule() const {
     static const bool dynamic = runtime::env_choice("DEUTERON_CPU_SCHEDULE", {"dynamic", "static"}) != "static";
     return p_.threads > 1 && ordered_.empty() && dynamic;

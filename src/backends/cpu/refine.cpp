@@ -123,15 +123,17 @@ class Refiner {
 
  private:
   const ir::Kernel& k() const { return p_.kernel; }
+  bool grid_axis(int axis) const {
+    const std::vector<int>& g = k().grid_loop().axes;
+    return std::find(g.begin(), g.end(), axis) != g.end();
+  }
 
   // Epilogue sub-tiling applies along the N dim of a dot in a loop directly inside the grid.
   void epilogue_axis() {
-    const ir::Loop& grid = k().grid_loop();
     for (const plan::Dot& d : p_.dots) {
       const ir::Loop& l = k().loop(d.loop);
       int n = k().value(k().op(d.op).result).dims.back();
-      if (p_.epilogue_axis < 0 && !l.grid && l.parent >= 0 && k().loop(l.parent).grid && n != ir::kOne &&
-          std::find(grid.axes.begin(), grid.axes.end(), n) != grid.axes.end())
+      if (p_.epilogue_axis < 0 && !l.grid && l.parent >= 0 && k().loop(l.parent).grid && n != ir::kOne && grid_axis(n))
         p_.epilogue_axis = n;
     }
   }
@@ -252,15 +254,10 @@ class Refiner {
   void hoist_invariant_groups() {
     const ir::Kernel& kk = k();
     const ir::Loop& grid = kk.grid_loop();
-    auto on_grid = [&](int axis) { return std::find(grid.axes.begin(), grid.axes.end(), axis) != grid.axes.end(); };
     std::set<int> written;
     for (const ir::Op& op : kk.ops)
       if (op.kind == ir::OpKind::Store) written.insert(op.tensor);
     std::vector<bool> invariant(kk.values.size(), false);
-    auto free_of_grid = [&](ir::ValueId v) {
-      const std::vector<int>& dims = kk.value(v).dims;
-      return std::none_of(dims.begin(), dims.end(), on_grid);
-    };
     auto op_invariant = [&](const ir::Op& op) {
       switch (op.kind) {
         case ir::OpKind::Dot:
@@ -271,18 +268,19 @@ class Refiner {
         case ir::OpKind::TileBegin:
         case ir::OpKind::TileEnd:
         case ir::OpKind::TileSize:
-          if (on_grid(op.axis)) return false;
+          if (grid_axis(op.axis)) return false;
           break;
         case ir::OpKind::Load:
           if (written.count(op.tensor)) return false;
           for (const ir::Index& e : op.index)
-            if (e.kind == ir::Index::Kind::Axis ? on_grid(e.axis) : e.value >= 0 && !invariant[size_t(e.value)]) return false;
+            if (e.kind == ir::Index::Kind::Axis ? grid_axis(e.axis) : e.value >= 0 && !invariant[size_t(e.value)]) return false;
           break;
         default: break;
       }
       for (ir::ValueId in : op.inputs)
         if (!invariant[size_t(in)]) return false;
-      return op.result < 0 || free_of_grid(op.result);
+      const std::vector<int>& dims = kk.value(op.result).dims;
+      return std::none_of(dims.begin(), dims.end(), [&](int a) { return grid_axis(a); });
     };
     for (const ir::Stmt& st : grid.body)
       if (st.kind == ir::Stmt::Kind::Op) {
@@ -302,20 +300,18 @@ class Refiner {
   // A copy of a load may be skipped when the grid indices it depends on repeat.
   void set_reuse(plan::BlockSpec& s) {
     const ir::Op& lop = k().op(s.op);
-    const ir::Loop& grid = k().grid_loop();
-    auto in_grid = [&](int a) { return std::find(grid.axes.begin(), grid.axes.end(), a) != grid.axes.end(); };
     std::vector<int> axes;
     bool ok = true;
     for (const ir::Index& e : lop.index) {
       if (e.kind == ir::Index::Kind::Axis) {
         if (k().axis(e.axis).kind != ir::AxisKind::Tile) continue;
         if (s.placement == plan::Placement::Resident && k().axis(e.axis).loop == s.loop) continue;
-        if (in_grid(e.axis)) axes.push_back(e.axis);
+        if (grid_axis(e.axis)) axes.push_back(e.axis);
         else ok = false;
       } else if (e.kind == ir::Index::Kind::Scalar) {
         if (e.value < 0) continue;
         const ir::Op* def = k().def(e.value);
-        if (def && def->kind == ir::OpKind::TileBegin && in_grid(def->axis)) axes.push_back(def->axis);
+        if (def && def->kind == ir::OpKind::TileBegin && grid_axis(def->axis)) axes.push_back(def->axis);
         else ok = false;
       } else {
         ok = false;
