@@ -87,6 +87,26 @@ TEST(Model, MatmulCountsItsProductsAndReusesBlocksAlongTheGrid) {
   EXPECT_DOUBLE_EQ(m.bytes, 16.0 * (2 * 4 * 128 * 128 + 128 * 128) * 4);
 }
 
+// A CPU micro-kernel loads and stores its tile of C once per chunk of K: a K block shorter
+// than the chunk pays that once per block, a longer one once per chunk.
+TEST(Model, AProductPassesOverItsAccumulatorOncePerChunkOfK) {
+  model::Hardware hw = simple_hardware();
+  hw.memory_bytes_per_s = 1e15;  // memory free: the products bound it
+  hw.product_k_chunk = 256;
+  hw.product_pass_steps = 3;
+  auto compute = [&](int64_t block_k) {
+    config::Json cfg = {{"block_m", 128}, {"block_n", 128}, {"block_k", block_k}, {"num_threads", 1},
+                        {"inner_k", "in_place"}, {"inner_k_x", "loop"}, {"inner_k_y", "loop"}};
+    return model::predict(lower("matmul", {{512, 512}, {512, 512}}, cfg), hw).compute_seconds;
+  };
+  // One pass costs 2 x 3 flops per result element: 512 x 512 of them.
+  double pass = 2.0 * 3 * 512 * 512 / hw.matrix_flops;
+  EXPECT_NEAR(compute(64) - compute(256), (8 - 2) * pass, pass * 0.01);  // 8 blocks of K against 2
+  EXPECT_NEAR(compute(512), compute(256), pass * 0.01);                   // 1 block of 2 chunks
+  hw.product_pass_steps = 0;
+  EXPECT_NEAR(compute(64), compute(256), pass * 0.01);  // free passes: the K block does not matter
+}
+
 TEST(Model, ResidentOperandsAreFetchedOncePerOuterBlockAndStreamedOnesWaitForTheirFirstBlock) {
   // Attention with 4 query blocks per head: resident K and V are read once per head, streamed
   // ones once per query block; only the stream waits for its first block (the bubble).

@@ -50,11 +50,13 @@ bool transcendental(ir::UnaryFn f) {
   return false;
 }
 
-// Work of one step of a loop body, per lane.
+// Work of one step of a loop body, per lane. `product_passes`: result elements of block
+// products times their passes over the accumulator (Hardware::product_pass_steps).
 struct Work {
-  double matrix = 0, vector = 0, transcendental = 0, bytes = 0;
+  double matrix = 0, vector = 0, transcendental = 0, bytes = 0, product_passes = 0;
   void add(const Work& w, double times) {
     matrix += w.matrix * times;
+    product_passes += w.product_passes * times;
     vector += w.vector * times;
     transcendental += w.transcendental * times;
     bytes += w.bytes * times;
@@ -229,7 +231,8 @@ class Model {
     return runs;
   }
   double work_seconds(const Work& w) const {
-    return seconds(hw_.matrix_flops, w.matrix) + seconds(hw_.vector_flops, w.vector) +
+    return seconds(hw_.matrix_flops, w.matrix + 2 * hw_.product_pass_steps * w.product_passes) +
+           seconds(hw_.vector_flops, w.vector) +
            seconds(hw_.transcendental_rate, w.transcendental);
   }
   int operand_of(Schedule& out, const plan::BlockSpec& s) const {
@@ -554,6 +557,9 @@ class Model {
         int contracted = k_.value(op.inputs[0]).dims.back();
         double kdim = contracted == ir::kOne ? 1 : double(p_.storage_extent(contracted));
         w.matrix += 2 * matrix_tiles(op.result) * kdim;
+        if (hw_.product_pass_steps > 0)
+          w.product_passes += matrix_tiles(op.result) *
+                              (hw_.product_k_chunk > 0 ? std::ceil(kdim / double(hw_.product_k_chunk)) : 1.0);
         break;
       }
       case ir::OpKind::Unary:

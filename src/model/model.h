@@ -13,7 +13,8 @@
 //            (buffers_<axis>, pl.Buffered(n)): with n buffers the block of step s + n - 1 is
 //            issued when step s starts; with one, a block is fetched only after the previous
 //            step's compute is done;
-//   compute  2*M*N*K per block product on the matrix unit; one operation per element of every
+//   compute  2*M*N*K per block product on the matrix unit, plus its passes over the accumulator
+//            (Hardware::product_pass_steps); one operation per element of every
 //            other computed value on the vector unit, transcendental functions at their own
 //            rate; a fixed cost per grid step and per inner trip; an inner loop's body once per trip. An inner
 //            loop (emit_pipeline, fori_loop) starts its copies when its outer step starts, so
@@ -49,6 +50,12 @@ struct Hardware {
   double segment_seconds = 0;
   // A block product computes whole tiles of this many result rows and columns (1: any size).
   int matrix_tile_rows = 1, matrix_tile_cols = 1;
+  // A block product passes over its accumulator once per chunk of K of at most this many steps
+  // (0: once per block), and each pass costs as much as this many steps of K (0: free). A CPU
+  // micro-kernel loads and stores its register tile of C at every chunk, so short K blocks
+  // pay for it more often.
+  int64_t product_k_chunk = 0;
+  double product_pass_steps = 0;
   bool overlaps_copies = true;      // copies of the next block run under this one's compute
   // Elements one vector operation works on: a block's last dim is padded to whole vectors
   // (1: no padding).
