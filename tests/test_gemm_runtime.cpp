@@ -26,6 +26,9 @@ TEST(GemmRuntime, TileShapeFollowsTheMachine) {
   EXPECT_EQ(chunk_for_l1(32 * 1024), 256);  // Skylake-SP, Cascade Lake
   EXPECT_EQ(chunk_for_l1(16 * 1024), 128);
   EXPECT_EQ(chunk_for_l1(int64_t(1) << 20), 512);
+  // The compiler's copy, which the performance model prices the product's passes by.
+  for (int64_t l1d : {16 * 1024, 32 * 1024, 48 * 1024, 64 * 1024, 1 << 20})
+    EXPECT_EQ(deuteron::cpu::dot_k_chunk(l1d), chunk_for_l1(l1d)) << l1d;
 }
 
 TEST(GemmRuntime, PackALayouts) {

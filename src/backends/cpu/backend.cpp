@@ -166,8 +166,8 @@ std::optional<model::Hardware> CpuBackend::model_hardware(const plan::Plan& p) c
   hw.matrix_tile_cols = int(dot_panel_columns());
   // Per chunk of K the micro-kernel loads and stores its register tile of C (24 loads and 24
   // stores beside 24 FMAs a step with AVX-512, 12 and 12 beside 12 with AVX2): about 3 steps'
-  // time. matmul_layernorm 1024^3 in K blocks of 64 against 256 (y packed): 2.6% slower,
-  // median of 3 paired experiments (the model: 3.4%).
+  // time. matmul_layernorm 1024^3 in K blocks of 64 (y in place) against 256 (y packed): 2-5%
+  // slower in five paired experiments of 5-8 rounds (the model: 3.4%).
   hw.product_k_chunk = dot_k_chunk();
   hw.product_pass_steps = 3;
   hw.overlaps_copies = true;  // hardware prefetch streams the next lines while this block computes

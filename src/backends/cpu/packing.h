@@ -13,11 +13,12 @@ inline constexpr int64_t kDotMR = 6;
 // deuteron_gemm.h's NR for the vector width the generated code is built for: 4 vectors of floats
 // with AVX-512 (64 columns), 2 with AVX2 or narrower (16). Generated dot kernels assert it.
 inline int64_t dot_panel_columns() { return cpu_info().simd_bytes >= 64 ? 64 : 16; }
-// deuteron_gemm.h's KC for this machine's L1D (DT_L1D_BYTES): the longest chunk of K the
-// micro-kernel runs before it stores its tile of C, 256 with a 32 KiB L1D, 512 with 48 KiB.
-inline int64_t dot_k_chunk() {
+// deuteron_gemm.h's KC (chunk_for_l1) for an L1D of `l1d_bytes` (the compiler passes this
+// machine's as DT_L1D_BYTES): the longest chunk of K the micro-kernel runs before it stores its
+// tile of C, 256 with a 32 KiB L1D, 512 with 48 KiB. Tests pin the two to agree.
+inline int64_t dot_k_chunk(int64_t l1d_bytes = cpu_info().l1d_bytes) {
   int64_t kc = 128;
-  while (kc < 512 && kDotMR * (2 * kc) * int64_t(sizeof(float)) <= cpu_info().l1d_bytes / 4) kc *= 2;
+  while (kc < 512 && kDotMR * (2 * kc) * int64_t(sizeof(float)) <= l1d_bytes / 4) kc *= 2;
   return kc;
 }
 inline int64_t packed_a_elements(int64_t m, int64_t k) { return (m + kDotMR - 1) / kDotMR * kDotMR * k; }
