@@ -11,6 +11,7 @@
 
 #include "api/api.h"
 #include "backends/backend.h"
+#include "backends/cpu/packing.h"
 #include "backends/cpu/refine.h"
 #include "backends/registry.h"
 #include "deuteron/deuteron.h"
@@ -362,18 +363,24 @@ TEST(DotPlan, LoopStrategyAppliesToOperandsNotSetThemselves) {
 }
 
 // The default adapts to the budget: B resident while it fits half of it, its N block halved
-// (down to the micro-kernel's 64-column panels) until it does, else read in place.
+// (down to the micro-kernel's packed panel: 64 columns with AVX-512, 16 with AVX2) until it
+// does, else read in place at the N block it started from (128).
 TEST(DotPlan, DefaultsFollowThePinnedBudget) {
   static const auto k = tiled_matmul("dot_plan_budget");
   Tensor x = Tensor::rand({256, 2048}, DType::f32, 1), y = Tensor::rand({2048, 256}, DType::f32, 2);
+  const int64_t panel = cpu::dot_panel_columns();
   for (int64_t l2 : {int64_t(512) << 10, int64_t(1) << 20, int64_t(2) << 20}) {
     auto s = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu", cpu_limits(l2));
     config::Config c = s.space.default_config();
     cpu::CpuPlan p = cpu::refine(driver::lower(s, c));
-    // B's panel: every K row of an N block, 2048 x 128 floats = 1 MiB, 2048 x 64 = 512 KiB.
-    plan::Placement want = l2 >= (int64_t(1) << 20) ? plan::Placement::Resident : plan::Placement::InPlace;
-    EXPECT_EQ(p.spec_for_op(p.gemms[0].b.load_op)->placement, want) << "L2 " << l2;
-    EXPECT_EQ(c.integer("block_t1"), l2 == (int64_t(1) << 20) ? 64 : 128) << "L2 " << l2;
+    // B's panel: every K row of an N block, 2048 x 128 floats = 1 MiB, 2048 x 64 = 512 KiB, ...
+    int64_t fits = 128;
+    while (fits > panel && 2048 * fits * 4 > l2 / 2) fits /= 2;
+    const bool resident = 2048 * fits * 4 <= l2 / 2;
+    EXPECT_EQ(p.spec_for_op(p.gemms[0].b.load_op)->placement,
+              resident ? plan::Placement::Resident : plan::Placement::InPlace)
+        << "L2 " << l2 << ", panel " << panel;
+    EXPECT_EQ(c.integer("block_t1"), resident ? fits : 128) << "L2 " << l2 << ", panel " << panel;
     EXPECT_LE(p.fast_memory_bytes, l2);
   }
 }
@@ -399,8 +406,9 @@ TEST(DotPlan, DefaultReadsWholeRowsInPlaceAndStreamsPartsOfAliasedRows) {
   static const auto whole = whole_n_matmul("dot_plan_default_whole_rows");
   static const auto parts = tiled_matmul("dot_plan_default_row_parts");
   const int64_t l2 = int64_t(2) << 20;
-  auto placement_of_b = [&](const KernelBase& k, const Tensor& x, const Tensor& y, config::Config* out) {
-    auto s = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu", cpu_limits(l2));
+  auto placement_of_b = [&](const KernelBase& k, const Tensor& x, const Tensor& y, config::Config* out,
+                            int64_t budget) {
+    auto s = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu", cpu_limits(budget));
     *out = s.space.default_config();
     cpu::CpuPlan p = cpu::refine(driver::lower(s, *out));
     return p.spec_for_op(p.gemms[0].b.load_op)->placement;
@@ -408,11 +416,12 @@ TEST(DotPlan, DefaultReadsWholeRowsInPlaceAndStreamsPartsOfAliasedRows) {
   config::Config c;
   // y [1024, 1024]: 4 MiB, too big to be resident; its rows (4 KiB) are whole in the N block.
   Tensor x = Tensor::rand({64, 1024}, DType::f32, 1), y = Tensor::rand({1024, 1024}, DType::f32, 2);
-  EXPECT_EQ(placement_of_b(whole, x, y, &c), plan::Placement::InPlace) << c.dump();
+  EXPECT_EQ(placement_of_b(whole, x, y, &c, l2), plan::Placement::InPlace) << c.dump();
   EXPECT_EQ(c.integer("block_t1") * 1024 * 4, l2 / 4) << c.dump();  // K block: 128 rows, 512 KiB
-  // y [8192, 1024] in N blocks: a resident 64-column panel (2 MiB) does not fit half the L2.
+  // y [8192, 1024] in N blocks, with a 512 KiB L2: not even the narrowest resident panel (16
+  // columns with AVX2, 512 KiB) fits half of it.
   Tensor x2 = Tensor::rand({64, 8192}, DType::f32, 3), y2 = Tensor::rand({8192, 1024}, DType::f32, 4);
-  EXPECT_EQ(placement_of_b(parts, x2, y2, &c), plan::Placement::Staged) << c.dump();
+  EXPECT_EQ(placement_of_b(parts, x2, y2, &c, l2 / 4), plan::Placement::Staged) << c.dump();
   EXPECT_LT(c.integer("block_t1"), 1024) << c.dump();
 }
 

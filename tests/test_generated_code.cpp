@@ -343,13 +343,14 @@ TEST(GeneratedCode, GeneralVariantSizesWholeDimProducts) {
 // cumsum reads x and writes out0 directly (no fast memory); in bf16 it scans rows in fast memory
 // that the scratch function sizes from the call's row length. Either way the source is the same
 // at two shapes and holds none of their numbers (the block left out of the config, as
-// `deuteron aot` leaves it).
+// `deuteron aot` leaves it). Stores are pinned to cached: streaming ones would stage rows in fast
+// memory, and their default follows the L3's size (8.5 MB of output streams past an 8 MiB L3).
 TEST(GeneratedCode, GeneralVariantOfAScanReadsItsRowLength) {
   const examples::Entry& e = examples::find("cumsum");
   for (DType dt : {DType::f32, DType::bf16}) {
     auto emit = [&](std::vector<int64_t> shape) {
       driver::Specialized s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, e.inputs(shape, dt, 1)), "cpu");
-      config::Config c = driver::complete(s, config::Config::parse(R"({"block_rows":8})"));
+      config::Config c = driver::complete(s, config::Config::parse(R"({"block_rows":8,"stores":"cached"})"));
       return s.backend->emit_aot(driver::lower(s, c), "k_general", true);
     };
     backends::AotVariant a = emit({1031, 2053}), b = emit({1037, 2063});

@@ -18,7 +18,11 @@ and come back as numpy arrays. On a GPU a call is timed with CUDA events (torch.
 The interpreter of triton 3.9 multiplies bfloat16 tl.dot operands as their uint16 bit
 patterns (interpreter.py, create_dot: np.matmul on the storage arrays), which gives garbage;
 under --device interpret this runner widens them to float32 first, as a GPU's tensor cores
-compute them exactly. The module itself is the one a GPU runs.
+compute them exactly. Its tl.reduce runs a combine function it does not know one element at a
+time in Python: the generated modules' NaN-propagating _max_nan and _min_nan (torch.amax and
+amin) took minutes per softmax at test shapes, so under --device interpret this runner reduces
+with them as numpy's max and min, which propagate NaN the same way. The module itself is the
+one a GPU runs.
 """
 
 from __future__ import annotations
@@ -54,6 +58,27 @@ def _fix_interpreter_bf16_dot():
     builder.create_dot = create_dot
 
 
+def _fast_interpreter_nan_reductions():
+    """Reduces with the modules' _max_nan/_min_nan as np.max/np.min (see the module docstring)."""
+    import numpy as np
+    from triton.runtime import interpreter
+
+    reduce_ops = interpreter.ReduceOps
+    original = reduce_ops.apply_impl
+    if getattr(original, "deuteron_nan", False):
+        return
+    numpy_reduce = {"_max_nan": np.max, "_min_nan": np.min}
+
+    def apply_impl(self, input):
+        name = getattr(getattr(self.combine_fn, "fn", None), "__name__", None)
+        if name in numpy_reduce and len(input) == 1:
+            return self.min_max(input[0], val_reduce_op=numpy_reduce[name])
+        return original(self, input)
+
+    apply_impl.deuteron_nan = True
+    reduce_ops.apply_impl = apply_impl
+
+
 class TritonTarget(deuteron_runner.Target):
     prog = "deuteron_triton_runner"
 
@@ -79,6 +104,7 @@ class TritonTarget(deuteron_runner.Target):
                               "interpreter on the CPU")
         if self.interpret:
             _fix_interpreter_bf16_dot()
+            _fast_interpreter_nan_reductions()
         self.device = "cuda" if gpu else "cpu"
         return info
 
