@@ -753,7 +753,9 @@ TEST_F(Autotune, ModelRanksEveryValidConfig) {
   for (size_t i = 0; i < m.configs.size(); ++i) {
     plan::Plan p = driver::lower(s, m.configs[i].config);  // throws if it does not fit
     EXPECT_DOUBLE_EQ(m.configs[i].predicted_s, model::predict(p, *s.backend->model_hardware(p)).seconds);
-    if (i > 0) EXPECT_LE(m.configs[i - 1].predicted_s, m.configs[i].predicted_s);
+    if (i > 0) {
+      EXPECT_LE(m.configs[i - 1].predicted_s, m.configs[i].predicted_s);
+    }
   }
   EXPECT_LT(m.configs.front().predicted_s, m.configs.back().predicted_s) << "the model tells configs apart";
   // A space larger than the limit is sampled.

@@ -362,7 +362,7 @@ TEST_P(LangOps, MathFollowsTorchAtEdgeCases) {
         for (size_t i = 0; i < n; ++i) {
           double xi = x.get(int64_t(i)), yi = y.get(int64_t(i));  // the values as stored
           double want = round_to(reference_math(fn, xi, yi), dtype), got = out[size_t(fn)].get(int64_t(i));
-          bool exact = fn >= 4 && fn <= 6 || fn == 9;
+          bool exact = (fn >= 4 && fn <= 6) || fn == 9;
           // f32: a few ulps (libm's, XLA's and Triton's f32 functions); bf16: the f32 result rounded once more.
           EXPECT_TRUE(near(got, want, exact ? 0 : dtype == DType::bf16 ? 1 : 4, dtype))
               << target() << " " << dtype_name(dtype) << " " << kMathNames[fn] << " at x=" << show(xi) << " y=" << show(yi)

@@ -314,7 +314,9 @@ TEST_P(Scans, GeneratedCodeIsStableAndNamed) {
   EXPECT_EQ(a, b);
   EXPECT_NE(a.find("test_scan.cpp"), std::string::npos);
   EXPECT_NE(a.find("associative_scan"), std::string::npos) << a;
-  if (target() != "cpu") EXPECT_NE(a.find("def _combine0("), std::string::npos) << a;
+  if (target() != "cpu") {
+    EXPECT_NE(a.find("def _combine0("), std::string::npos) << a;
+  }
   if (target() != "cpu") return;
   // An f32 cumsum along the row runs as SIMD prefix sums (a column one stays a sequential loop).
   auto s = driver::specialize(cumsum_rows, frontend::describe_args(cumsum_rows, {x}), "cpu");
@@ -376,7 +378,9 @@ TEST(ScanErrors, LoopedScanDimIsAConfigError) {
   Tensor x = Tensor::zeros({4, 300}, DType::f32);
   auto s = driver::specialize(cumsum_rows, frontend::describe_args(cumsum_rows, {x}), "cpu");
   for (const auto& t : s.space.tunables())
-    if (t.name == "reduce_r0") EXPECT_EQ(t.values.size(), 1u) << "the space offers a looped scan dim";
+    if (t.name == "reduce_r0") {
+      EXPECT_EQ(t.values.size(), 1u) << "the space offers a looped scan dim";
+    }
   config::Config c = s.space.default_config();
   c.set("reduce_r0", 64);
   expect_error<ConfigError>(cumsum_rows, {x}, "illegal value 64 for 'reduce_r0' (the whole dim in one block: the scan at test_scan.cpp:", c);

@@ -1,6 +1,7 @@
 #include "api/api.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -44,7 +45,9 @@ RunResult run(const KernelBase& k, const std::vector<Arg>& args, const std::stri
   r.exe = driver::executable(s, r.config);
   r.compiled = r.exe->compiled;
   r.bound = driver::bind_args(s, args);
+  auto start = std::chrono::steady_clock::now();
   r.exe->run(r.bound.tensors, r.bound.scalars);
+  r.call_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   r.outputs = r.bound.outputs;
   return r;
 }

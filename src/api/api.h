@@ -31,6 +31,7 @@ struct RunResult {
   bool tuned = false;
   std::shared_ptr<backends::Executable> exe;
   driver::Bound bound;
+  double call_ms = 0;  // the call that computed `outputs` (after any compile), wall time
 };
 RunResult run(const KernelBase& k, const std::vector<Arg>& args, const std::string& target,
               const std::optional<config::Config>& config = std::nullopt);

@@ -34,7 +34,7 @@ std::string entry_name(const plan::Plan& p);
 // sizes)`: the scratch_per_thread a call at those sizes takes (fast memory, then each thread's
 // copies of the ordered atomic-add targets).
 struct GenerateOptions {
-  std::string entry;  // the entry point's name (default entry_name)
+  std::string entry = {};  // the entry point's name (default entry_name)
   bool runtime_sizes = false;
   bool trace = false;
 };

@@ -251,7 +251,12 @@ __attribute__((target("avx512f"))) float read_avx512(const float* src, size_t n)
     c = _mm512_add_ps(c, _mm512_load_ps(src + i + 32));
     d = _mm512_add_ps(d, _mm512_load_ps(src + i + 48));
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a, b), _mm512_add_ps(c, d)));
+  // Summed through memory: GCC 12's _mm512_reduce_add_ps warns about its own undefined lanes.
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(a, b), _mm512_add_ps(c, d)));
+  float sum = 0;
+  for (float v : lanes) sum += v;
+  return sum;
 }
 __attribute__((target("avx"))) float read_avx(const float* src, size_t n) {
   __m256 a = _mm256_setzero_ps(), b = a, c = a, d = a;
