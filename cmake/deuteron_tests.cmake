@@ -7,6 +7,8 @@
 #   consumer  projects that use the library: find_package and add_subdirectory
 #   python    the Python package (tests/python, pytest; needs `pip install .` into .venv)
 # `ctest -L unit` runs one group, `ctest -LE consumer` all but one.
+# A COST (seconds on the session-18 Zen 1) starts the long script tests first on a fresh clone,
+# which has no timings of its own, so short tests fill the other core beside them.
 find_package(GTest REQUIRED)
 enable_testing()
 include(GoogleTest)
@@ -50,27 +52,27 @@ gtest_discover_tests(deuteron_tests TEST_FILTER "-${filter}" DISCOVERY_TIMEOUT 6
 
 if(TARGET deuteron_cli)
   add_test(NAME cli COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_test.sh $<TARGET_FILE:deuteron_cli>)
-  set_tests_properties(cli PROPERTIES TIMEOUT 600 LABELS e2e)
+  set_tests_properties(cli PROPERTIES TIMEOUT 600 LABELS e2e COST 150)
   add_test(NAME cpu_isa_avx2 COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cpu_isa_test.sh $<TARGET_FILE:deuteron_cli>)
   set_tests_properties(cpu_isa_avx2 PROPERTIES TIMEOUT 600 LABELS e2e)
   add_test(NAME pallas_catalogue COMMAND bash ${PROJECT_SOURCE_DIR}/tests/target_catalogue.sh $<TARGET_FILE:deuteron_cli> pallas)
-  set_tests_properties(pallas_catalogue PROPERTIES TIMEOUT 1200 LABELS pallas)
+  set_tests_properties(pallas_catalogue PROPERTIES TIMEOUT 1200 LABELS pallas COST 560)
   add_test(NAME pallas_flash_peer COMMAND bash ${PROJECT_SOURCE_DIR}/tests/pallas_flash_peer.sh $<TARGET_FILE:deuteron_cli>)
   set_tests_properties(pallas_flash_peer PROPERTIES TIMEOUT 600 LABELS pallas)
   add_test(NAME triton_catalogue COMMAND bash ${PROJECT_SOURCE_DIR}/tests/target_catalogue.sh $<TARGET_FILE:deuteron_cli> triton --interpret)
-  set_tests_properties(triton_catalogue PROPERTIES TIMEOUT 1500 LABELS triton)
+  set_tests_properties(triton_catalogue PROPERTIES TIMEOUT 1500 LABELS triton COST 740)
   # The prepared GPU benchmark, kept runnable: two kernels under the interpreter, tuned briefly.
   add_test(NAME triton_gpu_script COMMAND ${PROJECT_SOURCE_DIR}/.venv/bin/python ${PROJECT_SOURCE_DIR}/bench/triton_gpu.py
                                           --deuteron $<TARGET_FILE:deuteron_cli> --interpret --shapes small
                                           --kernels softmax,matmul --tune-budget 2 --fresh-cache
                                           --out ${PROJECT_BINARY_DIR}/triton_gpu_script)
-  set_tests_properties(triton_gpu_script PROPERTIES TIMEOUT 900 LABELS triton)
+  set_tests_properties(triton_gpu_script PROPERTIES TIMEOUT 900 LABELS triton COST 145)
   # deuteron aot: a build compiled by examples/aot (cpu), and the Python targets' modules.
   foreach(mode cpu pallas triton)
     add_test(NAME aot_${mode} COMMAND bash ${PROJECT_SOURCE_DIR}/tests/aot_test.sh $<TARGET_FILE:deuteron_cli>
                                       ${PROJECT_SOURCE_DIR} ${CMAKE_COMMAND} ${mode})
   endforeach()
-  set_tests_properties(aot_cpu PROPERTIES TIMEOUT 600 LABELS "aot;consumer")
+  set_tests_properties(aot_cpu PROPERTIES TIMEOUT 600 LABELS "aot;consumer" COST 90)
   set_tests_properties(aot_pallas PROPERTIES TIMEOUT 600 LABELS "aot;pallas")
   set_tests_properties(aot_triton PROPERTIES TIMEOUT 600 LABELS "aot;triton")
 endif()
@@ -83,25 +85,13 @@ set_tests_properties(layers PROPERTIES TIMEOUT 120 LABELS unit)
 
 add_test(NAME consumers COMMAND bash ${PROJECT_SOURCE_DIR}/tests/consumers/consumers_test.sh ${PROJECT_BINARY_DIR}
                                 ${PROJECT_SOURCE_DIR} ${CMAKE_COMMAND})
-set_tests_properties(consumers PROPERTIES TIMEOUT 1500 LABELS consumer)
+set_tests_properties(consumers PROPERTIES TIMEOUT 1500 LABELS consumer COST 390)
 
 # The Python package's tests (tests/python, pytest) against the package installed in .venv
 # (scripts/setup.sh --python runs `pip install .` before the tests). The user kernel library
 # test installs this build into a fresh prefix and builds tests/python/kernel_library there.
 add_test(NAME python COMMAND ${PROJECT_SOURCE_DIR}/.venv/bin/python -m pytest -q -p no:cacheprovider
                              ${PROJECT_SOURCE_DIR}/tests/python)
-set_tests_properties(python PROPERTIES TIMEOUT 1200 LABELS python
+set_tests_properties(python PROPERTIES TIMEOUT 1200 LABELS python COST 90
                      ENVIRONMENT "DEUTERON_BUILD_DIR=${PROJECT_BINARY_DIR};DEUTERON_CMAKE=${CMAKE_COMMAND}")
 
-# The long script tests start first (ctest runs higher COST first while it has no timings of its
-# own, as on a fresh clone), so the short ones fill the other core beside them instead of the
-# long ones running alone at the end. Seconds measured on the 2-vCPU Zen 1 (session 18).
-set_tests_properties(consumers PROPERTIES COST 390)
-set_tests_properties(python PROPERTIES COST 90)
-if(TARGET deuteron_cli)
-  set_tests_properties(pallas_catalogue PROPERTIES COST 560)
-  set_tests_properties(triton_catalogue PROPERTIES COST 740)
-  set_tests_properties(cli PROPERTIES COST 150)
-  set_tests_properties(triton_gpu_script PROPERTIES COST 145)
-  set_tests_properties(aot_cpu PROPERTIES COST 90)
-endif()
