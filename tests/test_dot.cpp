@@ -472,10 +472,14 @@ TEST(DotPlan, BFloat16OperandsArePacked) {
 }
 
 // Both operands packed bf16: on CPUs with AVX512_BF16 they stay bf16, as pairs of K steps for
-// vdpbf16ps. Here the instruction is emulated (DEUTERON_CXXFLAGS reaches the generated code),
-// so the generated pair packing and products run on every machine.
-TEST(DotPlan, BFloat16PairsWhereTheCpuMultipliesThem) {
-  ::setenv("DEUTERON_CXXFLAGS", "-DDT_GEMM_EMULATE_BF16", 1);
+// vdpbf16ps, or for AMX tiles where the CPU has them. Here the instructions are emulated
+// (DEUTERON_CXXFLAGS reaches the generated code), so the generated pair packing and products
+// run on every machine, through both micro-kernels.
+class DotPairs : public ::testing::TestWithParam<const char*> {};
+INSTANTIATE_TEST_SUITE_P(Emulated, DotPairs, ::testing::Values("-DDT_GEMM_EMULATE_BF16", "-DDT_GEMM_EMULATE_BF16 -DDT_GEMM_EMULATE_AMX"),
+                         [](const auto& info) { return info.index == 0 ? std::string("vdpbf16ps") : std::string("amx"); });
+TEST_P(DotPairs, BFloat16PairsWhereTheCpuMultipliesThem) {
+  ::setenv("DEUTERON_CXXFLAGS", GetParam(), 1);
   static const auto k = tiled_matmul("dot_bf16_pairs");
   // An even K (rows of 32-bit words) lets the pair micro-kernel read A in place.
   for (auto s : std::vector<std::vector<int64_t>>{{37, 29, 70}, {1, 1, 1}, {130, 67, 100}, {37, 64, 70}}) {

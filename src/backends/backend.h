@@ -157,6 +157,9 @@ class Backend {
   // Files the variants of an ahead-of-time build include, {name, contents}.
   virtual std::vector<std::pair<std::string, std::string>> aot_support_files() const { return {}; }
   virtual std::unique_ptr<Executable> compile(const plan::Plan& p) const = 0;
+  // What besides the plan decides the compiled code, such as a compiler and flags that a setting
+  // can change: the in-process cache of executables keys on it.
+  virtual std::string build_identity() const { return ""; }
   // An executable that records when each grid step ran on which thread (`deuteron run
   // --timeline`); the normal one is unchanged. nullptr: this target cannot.
   virtual std::unique_ptr<Executable> compile_traced(const plan::Plan& p) const {

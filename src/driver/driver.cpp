@@ -135,7 +135,8 @@ Bound bind_args(const Specialized& s, const std::vector<Arg>& args) {
 
 std::shared_ptr<backends::Executable> executable(const Specialized& s, const config::Config& c) {
   static std::map<std::string, std::shared_ptr<backends::Executable>> cache;
-  std::string key = fmt::format("{}|{}|{}|{}", s.ir_hash, s.key, s.backend->name(), c.dump());
+  std::string key =
+      fmt::format("{}|{}|{}|{}|{}", s.ir_hash, s.key, s.backend->name(), s.backend->build_identity(), c.dump());
   {
     std::lock_guard<std::mutex> lock(cache_mutex());
     auto it = cache.find(key);

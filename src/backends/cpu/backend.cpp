@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/compiler.h"
@@ -226,6 +227,10 @@ std::unique_ptr<CpuExecutable> compile_plan(const plan::Plan& base, bool trace) 
 }
 
 }  // namespace
+
+std::string CpuBackend::build_identity() const {
+  return fmt::format("{} {}", default_compiler(), fmt::join(default_flags(), " "));
+}
 
 std::unique_ptr<backends::Executable> CpuBackend::compile(const plan::Plan& p) const { return compile_plan(p, false); }
 

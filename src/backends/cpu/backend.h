@@ -22,6 +22,7 @@ class CpuBackend : public backends::Backend {
   backends::AotVariant emit_aot(const plan::Plan& p, const std::string& entry, bool general) const override;
   std::vector<std::pair<std::string, std::string>> aot_support_files() const override;
   std::unique_ptr<backends::Executable> compile(const plan::Plan& p) const override;
+  std::string build_identity() const override;
   // The same kernel with each grid step's thread and times recorded (codegen's trace).
   std::unique_ptr<backends::Executable> compile_traced(const plan::Plan& p) const override;
   // deuteron-runner (harness.cpp).
