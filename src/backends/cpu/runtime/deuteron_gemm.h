@@ -22,7 +22,7 @@
 // bf16 and f16 operands are widened to f32 when packed, except where the CPU has vdpbf16ps
 // (AVX512_BF16) and both operands of a product are bf16: they then stay bf16, B packed as pairs
 // of K steps and A packed so or read in place, its 32-bit words being pairs already (see "bf16
-// pairs" below).
+// pairs" below). Where the CPU also has AMX-BF16, those products run on its tiles ("AMX tiles").
 #pragma once
 
 #include <cstdint>
