@@ -10,7 +10,9 @@ core (the process pinned to the first CPU, so the config is the one Deuteron pic
 and on two, the two interleaved in --rounds rounds. Reports, per kernel and size, the median
 time, the time per unit of work relative to the smallest size (1.0 everywhere: time grows as the
 work does), the two-thread speedup, and any step where the time per unit of work jumps by more
-than 1.3x (a cliff: a block that stopped fitting a cache). Writes scaling.md and scaling.json
+than 1.3x (a cliff: a block that stopped fitting a cache). Then matmul 2048^3 in bf16 against f32
+on two cores (--no-bf16 leaves it out), with the CPU's bf16 instructions (AVX512_BF16, AMX).
+Writes scaling.md and scaling.json
 under --out, and scaling.png when matplotlib is importable. Standard library otherwise; run
 timing under the shared lock on a shared machine (`flock /tmp/deuteron-bench.lock ...`).
 """
@@ -38,6 +40,7 @@ KERNELS = {
                   "unit": "flop"},
 }
 CLIFF = 1.3
+BF16_SHAPE = [2048, 2048, 2048]  # matmul, the catalogue's bench shape
 
 
 def log(msg: str) -> None:
@@ -50,9 +53,9 @@ def median(xs):
     return None if not n else xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
 
 
-def run(binary, kernel, shape, cpus, repeat, env, config=None):
+def run(binary, kernel, shape, cpus, repeat, env, config=None, dtype="float32"):
     """One `deuteron run` pinned to `cpus`; its JSON object (or raises with its stderr)."""
-    cmd = [binary, "run", kernel, "--shape", ",".join(map(str, shape)), "--dtype", "float32", "--json",
+    cmd = [binary, "run", kernel, "--shape", ",".join(map(str, shape)), "--dtype", dtype, "--json",
            "--repeat", str(repeat)]
     if config is not None:  # a timed run of the config the first (checked) run used
         cmd += ["--config", json.dumps(config, separators=(",", ":")), "--no-check"]
@@ -75,6 +78,8 @@ def main(argv=None) -> int:
     ap.add_argument("--deuteron", default=str(REPO / "build" / "deuteron"))
     ap.add_argument("--out", default=str(REPO / "results"))
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True,
+                    help="also time matmul 2048^3 in bf16 against f32 on two cores (default: yes)")
     args = ap.parse_args(argv)
     names = [k.strip() for k in args.kernels.split(",") if k.strip()]
     unknown = [k for k in names if k not in KERNELS]
@@ -126,7 +131,8 @@ def main(argv=None) -> int:
         for r in mine:
             r["speedup_2_over_1"] = r["threads"][1]["median_ms"] / r["threads"][2]["median_ms"]
 
-    result = {"rows": rows, "meta": {
+    bf16 = bf16_against_f32(args, env, threads[2]) if args.bf16 else None
+    result = {"rows": rows, "bf16": bf16, "meta": {
         "date": time.strftime("%Y-%m-%d %H:%M"), "command": " ".join(sys.argv), "rounds": args.rounds,
         "repeat": args.repeat, "tune": args.tune, "cpus": cpus,
         "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
@@ -137,7 +143,40 @@ def main(argv=None) -> int:
     plotted = not args.no_plot and write_plot(out / "scaling.png", result)
     write_markdown(out / "scaling.md", result, plotted)
     log(f"wrote {out / 'scaling.md'}, scaling.json" + (", scaling.png" if plotted else ""))
-    return 0 if all(v["correct"] for r in rows for v in r["threads"].values()) else 1
+    correct = [v["correct"] for r in rows for v in r["threads"].values()]
+    correct += [v["correct"] for v in bf16["dtypes"].values()] if bf16 else []
+    return 0 if all(correct) else 1
+
+
+def cpu_flags() -> set:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def bf16_against_f32(args, env, cpus):
+    """matmul at BF16_SHAPE in float32 and in bfloat16 on `cpus`, interleaved rounds."""
+    out = {"kernel": "matmul", "shape": BF16_SHAPE, "dtypes": {}}
+    for d in ("float32", "bfloat16"):
+        j = run(args.deuteron, "matmul", BF16_SHAPE, cpus, 2, env, dtype=d)
+        out["dtypes"][d] = {"config": j["config"], "correct": j["correct"], "round_medians_ms": []}
+    for r in range(args.rounds):
+        for d in (["float32", "bfloat16"] if r % 2 == 0 else ["bfloat16", "float32"]):
+            v = out["dtypes"][d]
+            v["round_medians_ms"].append(run(args.deuteron, "matmul", BF16_SHAPE, cpus, args.repeat, env,
+                                             v["config"], dtype=d)["median_ms"])
+    for v in out["dtypes"].values():
+        v["median_ms"] = median(v["round_medians_ms"])
+    out["bf16_speedup"] = out["dtypes"]["float32"]["median_ms"] / out["dtypes"]["bfloat16"]["median_ms"]
+    flags = cpu_flags()
+    out["avx512_bf16"], out["amx_bf16"] = "avx512_bf16" in flags, "amx_bf16" in flags
+    log(f"matmul {BF16_SHAPE}: f32 {out['dtypes']['float32']['median_ms']:.2f} ms, "
+        f"bf16 {out['dtypes']['bfloat16']['median_ms']:.2f} ms ({out['bf16_speedup']:.2f}x)")
+    return out
 
 
 def write_markdown(path, result, plotted):
@@ -159,6 +198,17 @@ def write_markdown(path, result, plotted):
                       f"**{rel}**" if v["cliff"] else rel]
         cells.append(f"{r['speedup_2_over_1']:.2f}x")
         L.append("| " + " | ".join(cells) + " |")
+    b = result.get("bf16")
+    if b:
+        flops = 2.0 * b["shape"][0] * b["shape"][1] * b["shape"][2]
+        yes = lambda f: "yes" if f else "no"
+        L += ["", f"## bf16 against f32: matmul {'x'.join(map(str, b['shape']))}, two threads", "",
+              "| dtype | ms | GFLOP/s |", "|---|---|---|"]
+        for d, v in b["dtypes"].items():
+            L.append(f"| {d} | {v['median_ms']:.2f}{'' if v['correct'] else ' WRONG'} | "
+                     f"{flops / v['median_ms'] / 1e6:.0f} |")
+        L += ["", f"bf16 runs **{b['bf16_speedup']:.2f}x** the speed of f32 (AVX512_BF16: {yes(b['avx512_bf16'])}, "
+                  f"AMX-BF16: {yes(b['amx_bf16'])}; the bar where the CPU has AVX512_BF16: 1.8x)."]
     L += ["", f"Command: `{meta['command']}` ({meta['wall_s']:.0f} s)."]
     if plotted:
         L += ["", "![time against work, one and two threads](scaling.png)"]

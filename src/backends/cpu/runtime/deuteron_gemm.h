@@ -633,11 +633,11 @@ DG_INLINE void step(const uint32_t* a, int64_t a_ld, const uint32_t* const* b, c
 }
 }  // namespace amx
 
-// gemm_pairs on the tile unit. Per chunk of KC steps along K and block of 32 rows, A's pairs are
-// read in place when they form whole 32-bit rows, else copied row-major (zeros past M and past
-// the chunk); per block of 32 columns the C block stays in tiles over the chunk. Edges (fewer
-// than 32 rows or columns) compute into a block in memory; B tiles past N read zeros, and the
-// last 16 pairs of an uneven chunk read B from a zero-padded copy.
+// gemm_pairs on the tile unit. Per chunk of KC steps along K and block of 32 rows, A is read in
+// place when it is bf16 with K contiguous and fills whole tiles, else copied row-major (zeros
+// past M and past the chunk); per block of 32 columns the C block stays in tiles over the
+// chunk. Edges (fewer than 32 rows or columns) compute into a block in memory; B tiles past N
+// read zeros, and the last 16 pairs of an uneven chunk read B from a zero-padded copy.
 static inline void gemm_amx(int64_t M, int64_t N, int64_t K, AView A, BView B, float* __restrict c, int64_t ldc,
                             bool accumulate) {
   using namespace amx;
@@ -646,7 +646,6 @@ static inline void gemm_amx(int64_t M, int64_t N, int64_t K, AView A, BView B, f
   alignas(64) static thread_local uint32_t b_tail[2][kRows * kWords];
   alignas(64) static const uint32_t zeros[kWords] = {};
   alignas(64) float edge[kBlock * kBlock];
-  const bool words = A.h && A.cs == 1 && A.rs % 2 == 0 && reinterpret_cast<uintptr_t>(A.h) % 4 == 0;
   begin();
   for (int64_t k0 = 0; k0 < K; k0 += KC) {  // KC is even: chunks start on a pair
     const int64_t kc = K - k0 < KC ? K - k0 : KC;
@@ -656,7 +655,7 @@ static inline void gemm_amx(int64_t M, int64_t N, int64_t K, AView A, BView B, f
       const int64_t rows = M - i0 < kBlock ? M - i0 : kBlock;
       const uint32_t* a = a_copy;
       int64_t a_ld = kLd * 4;
-      if (words && rows == kBlock && full == steps && kc % 2 == 0) {
+      if (A.h && A.cs == 1 && rows == kBlock && full == steps && kc % 2 == 0) {  // tile rows: any address
         a = reinterpret_cast<const uint32_t*>(A.h + i0 * A.rs + k0);
         a_ld = A.rs * 2;
       } else {
