@@ -88,8 +88,8 @@ TEST(GemmRuntime, ProductsOverEveryView) {
   for (int t = 0; t < 60; ++t) {
     int64_t m = 1 + rng() % 20, n = 1 + rng() % 140, k = 1 + rng() % (t < 50 ? 80 : 1100);
     if (t == 0) m = n = k = 1;
-    const int64_t ends_in_8_rows[] = {8, 14, 32};  // read in place: the last 8 rows as 4 + 4
-    if (t >= 1 && t <= 3) m = ends_in_8_rows[t - 1];
+    const int64_t two_row_tails[] = {8, 14, 32};  // M whose last panel has 2 rows
+    if (t >= 1 && t <= 3) m = two_row_tails[t - 1];
     std::vector<float> a(size_t(m * k)), at(size_t(k * m)), b(size_t(k * n)), want(size_t(m * n));
     for (auto& x : a) x = float(int(rng() % 7) - 3);
     for (auto& x : b) x = float(int(rng() % 5) - 2);

@@ -210,14 +210,6 @@ template <int E>
 static inline void pack_a(const void* src, int64_t rs, int64_t cs, int64_t M, int64_t K, int64_t kstride,
                           float* __restrict dst);
 
-// Rows of the A panel that starts `left` rows before the end: MR, or what is left. An A read in
-// place runs its last 8 rows as two panels of 4 rather than 6 and 2: the 2-row kernel waits on
-// its 4 FMA chains (7.7% of matmul_layernorm's time on a Zen 1 for 6% of its work). Packed
-// panels start every MR rows.
-DG_INLINE int panel_rows(int64_t left, bool in_place) {
-  return in_place && left == 8 ? 4 : left < MR ? int(left) : MR;
-}
-
 // C[M x N] (+)= A[M x K] B[K x N], C row-major with row stride ldc. accumulate = false
 // overwrites C (K = 0 then writes zeros). Per chunk of KC steps along K, each A panel (MR x KC,
 // 12 KiB) stays in L1 while the micro-kernel sweeps the B panels (streamed from L2).
@@ -235,7 +227,6 @@ static inline void gemm(int64_t M, int64_t N, int64_t K, AView A, BView B, float
     return;
   }
   const bool packed_a = !A.h && A.rs == 1 && A.cs == MR;
-  const bool a_in_place = !packed_a && !A.h;  // an f32 A whose panels may start at any row
   const int64_t last = (N - 1) / NR * NR;  // first column of the last B panel
   const bool narrow = N - last < NR;
   // Edge buffers (140 KiB together) live in thread-local storage, not on the caller's stack:
@@ -252,10 +243,10 @@ static inline void gemm(int64_t M, int64_t N, int64_t K, AView A, BView B, float
       for (int64_t k = 0; k < kc; ++k)
         for (int64_t j = 0; j < NR; ++j) edge_b[k * NR + j] = j < N - last ? bp[k * B.rs + j] : 0.0f;
     }
-    for (int64_t i0 = 0; i0 < M; i0 += panel_rows(M - i0, a_in_place)) {
-      const int rows = panel_rows(M - i0, a_in_place);
+    for (int64_t i0 = 0; i0 < M; i0 += MR) {
+      const int rows = int(M - i0 < MR ? M - i0 : MR);
       const int run = rows + (rows & 1);  // rows the micro-kernel computes
-      const float* ap = A.h ? nullptr : a_in_place ? A.p + i0 * A.rs + k0 * A.cs : A.p + (i0 / MR) * A.ps + k0 * A.cs;
+      const float* ap = A.h ? nullptr : A.p + (i0 / MR) * A.ps + k0 * A.cs;
       bool pk = packed_a;
       if (A.h) {  // a bf16 block in place: widen this panel (zero past M)
         pack_a<BF16>(A.h + i0 * A.rs + k0 * A.cs, A.rs, A.cs, rows, kc, KC, edge_a);
