@@ -121,6 +121,25 @@ TEST_F(CpuToolchain, FlagsCarryTheL1dSize) {
   EXPECT_NE(std::find(flags.begin(), flags.end(), want), flags.end()) << want;
 }
 
+// bf16 products widen to f32 where the CPU's pair instruction (vdpbf16ps) is measured slower than
+// its f32 FMA and there are no AMX tiles, and only there.
+TEST_F(CpuToolchain, Bf16ProductsWidenWherePairsAreSlower) {
+  const CpuInfo& info = cpu_info();
+  const double speedup = bf16_pair_speedup();
+  if (!info.avx512_bf16) {
+    EXPECT_EQ(speedup, 0.0);
+  } else {
+    // Two products a lane per instruction: from about half the FMA's flop rate (Intel Xeons) to
+    // twice it (Zen 4).
+    EXPECT_GT(speedup, 0.2);
+    EXPECT_LT(speedup, 8.0);
+  }
+  if (!info.amx) EXPECT_EQ(bf16_pairs_pay(), speedup > 1.0);
+  const std::vector<std::string> flags = default_flags();
+  bool widen = std::find(flags.begin(), flags.end(), "-DDT_GEMM_WIDEN_BF16") != flags.end();
+  EXPECT_EQ(widen, info.avx512_bf16 && !bf16_pairs_pay());
+}
+
 TEST_F(CpuToolchain, CompilesLoadsAndCaches) {
   int before = compiler_invocations();
   CompileResult r = compile_and_load("add", kAddSource);

@@ -66,6 +66,8 @@ struct Roofline {
   std::string hardware;                           // one line: model, cores, vector width, fast memory
   nlohmann::json details;                         // the same as fields, for --json
   double peak_gflops = 0, peak_gflops_1core = 0;  // f32 FMA, all cores and one
+  double bf16_peak_gflops = 0;                    // products of bf16 operands, all cores (0: unknown)
+  std::string bf16_unit;                          // what computes them, e.g. "vdpbf16ps"
   double copy_gbps = 0, copy_gbps_1core = 0;      // large-array copy, bytes read + written
   double read_gbps = 0;                           // large-array read (0: not measured)
   // How repeatable the figures are, for reports: e.g. "copy 27.1-29.0 GB/s over 9 samples".

@@ -168,7 +168,13 @@ int cmd_run(const RunOptions& o) {
   double bytes = e.bytes(shape, dt), flops = e.flops(shape);
   double gbps = bytes / (med * 1e-3) / 1e9, gflops = flops / (med * 1e-3) / 1e9;
   std::optional<backends::Roofline> roof = backends::get(o.target).roofline(false);
-  double fraction = !roof ? 0 : e.compute_bound ? gflops / roof->peak_gflops : gbps / roof->copy_gbps;
+  // bf16 products against the unit that runs them (AMX tiles, vdpbf16ps), where it is measured.
+  bool bf16_peak = e.compute_bound && dt == DType::bf16 && roof && roof->bf16_peak_gflops > 0;
+  double fraction = !roof          ? 0
+                    : bf16_peak    ? gflops / roof->bf16_peak_gflops
+                    : e.compute_bound ? gflops / roof->peak_gflops
+                                      : gbps / roof->copy_gbps;
+  std::string roof_name = bf16_peak ? "bf16 product" : e.compute_bound ? "FMA" : "copy-bandwidth";
   bool compiled = r.compiled;
   if (!o.timeline.empty()) {
     driver::Specialized s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), o.target);
@@ -193,7 +199,7 @@ int cmd_run(const RunOptions& o) {
     if (o.check) fmt::print("  max abs error vs reference: {:.3g}\n", max_err);
     fmt::print("  median {:.3f} ms over {} runs: {:.1f} GB/s, {:.1f} GFLOP/s", med, ms.size(), gbps, gflops);
     if (roof)
-      fmt::print(", {:.0f}% of the {} roofline", 100 * fraction, e.compute_bound ? "FMA" : "copy-bandwidth");
+      fmt::print(", {:.0f}% of the {} roofline", 100 * fraction, roof_name);
     fmt::print("\n  config ({}): {}\n  compiled: {}, tuned: {}\n", r.origin, r.config.dump(),
                compiled ? "yes" : "no (cache)", r.tuned ? "yes" : "no");
   }
@@ -326,6 +332,7 @@ int cmd_roofline(bool json, bool remeasure) {
     Json j = r.details;
     j.update({{"peak_gflops", r.peak_gflops},
               {"peak_gflops_1core", r.peak_gflops_1core},
+              {"bf16_peak_gflops", r.bf16_peak_gflops},
               {"copy_gbps", r.copy_gbps},
               {"copy_gbps_1core", r.copy_gbps_1core},
               {"read_gbps", r.read_gbps}});
@@ -333,6 +340,8 @@ int cmd_roofline(bool json, bool remeasure) {
   } else {
     fmt::print("{}\n", r.hardware);
     fmt::print("  f32 FMA peak: {:.1f} GFLOP/s ({:.1f} on one core)\n", r.peak_gflops, r.peak_gflops_1core);
+    if (r.bf16_peak_gflops > 0)
+      fmt::print("  bf16 product peak: {:.1f} GFLOP/s, on {}\n", r.bf16_peak_gflops, r.bf16_unit);
     fmt::print("  copy bandwidth: {:.1f} GB/s ({:.1f} on one core)\n", r.copy_gbps, r.copy_gbps_1core);
     if (r.read_gbps > 0) fmt::print("  read bandwidth: {:.1f} GB/s\n", r.read_gbps);
     if (!r.spread.empty()) fmt::print("  {}\n", r.spread);
@@ -416,7 +425,7 @@ void add_core_commands(CLI::App& app) {
   list->callback([] { std::exit(cmd_list(list_json)); });
 
   static bool roof_json = false;
-  CLI::App* roof = app.add_subcommand("roofline", "measure (once, then cached) this machine's peak FMA rate and copy bandwidth");
+  CLI::App* roof = app.add_subcommand("roofline", "measure (once, then cached) this machine's peak FMA and bf16 product rates and its bandwidths");
   roof->add_flag("--json", roof_json, "machine-readable output");
   roof->add_flag("--remeasure", remeasure, "measure again instead of using the cached figures");
   roof->callback([] { std::exit(cmd_roofline(roof_json, remeasure)); });

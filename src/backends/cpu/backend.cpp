@@ -115,6 +115,11 @@ std::optional<backends::Roofline> CpuBackend::roofline(bool remeasure) const {
     out.details[key] = {{"best_gbps", b.best}, {"median_gbps", b.median}, {"min_gbps", b.min}, {"spread", b.spread()}};
   out.peak_gflops = r.peak_gflops;
   out.peak_gflops_1core = r.peak_gflops_1core;
+  out.bf16_peak_gflops = r.bf16_peak_gflops;
+  out.bf16_unit = r.bf16_unit;
+  out.details["bf16"] = {{"peak_gflops", r.bf16_peak_gflops},
+                         {"peak_gflops_1core", r.bf16_peak_gflops_1core},
+                         {"unit", r.bf16_unit}};
   out.copy_gbps = r.copy.best;
   out.copy_gbps_1core = r.copy_gbps_1core;
   out.read_gbps = r.read.best;
@@ -129,16 +134,22 @@ std::optional<backends::Roofline> CpuBackend::roofline(bool remeasure) const {
 std::optional<model::Hardware> CpuBackend::model_hardware(const plan::Plan& p) const {
   const CpuInfo& info = cpu_info();
   Roofline r = cpu::roofline(false);
+  const CpuPlan c = cpu::refine(p);
   model::Hardware hw;
-  hw.name = fmt::format("{} ({} of {} cores)", info.model_name, cpu::refine(p).threads, info.cores);
-  hw.cores = std::max(cpu::refine(p).threads, 1);
+  hw.name = fmt::format("{} ({} of {} cores)", info.model_name, c.threads, info.cores);
+  hw.cores = std::max(c.threads, 1);
   hw.matrix_flops = r.peak_gflops_1core * 1e9;
+  // Products whose operands are all bf16 run on the bf16 unit (AMX tiles, vdpbf16ps or, widened,
+  // the f32 FMA: Roofline::bf16_unit).
+  bool bf16_products =
+      !c.gemms.empty() && std::all_of(c.gemms.begin(), c.gemms.end(), [](const Gemm& g) { return g.bf16_pairs; });
+  if (bf16_products && r.bf16_peak_gflops_1core > 0) hw.matrix_flops = r.bf16_peak_gflops_1core * 1e9;
   // An elementwise operation is one vector lane op, where an FMA counts two flops; with its
   // loads, stores and reduction chains the generated loops run at about a third of that
   // (bench/model_validation.py: one-thread layer_norm and softmax rows, 0.31-0.35 of the time
   // measured at half the rate). Vector transcendentals (deuteron_cpu.h) cost about a dozen
   // operations each.
-  hw.vector_flops = hw.matrix_flops / 2 / 3;
+  hw.vector_flops = r.peak_gflops_1core * 1e9 / 2 / 3;
   hw.transcendental_rate = hw.vector_flops / 12;
   // Tensors that fit the caches stay there from one call to the next (as in a timing loop or a
   // training step): they move at cache speed, about 8 times one core's DRAM copy rate per core

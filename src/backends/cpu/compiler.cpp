@@ -201,6 +201,9 @@ std::vector<std::string> default_flags() {
   // Zen 1 (AVX2, 256-bit operations split in two) goes 128 bits wide: 256 ran softmax and
   // cross_entropy 8-9% faster there (session 18, 3-4 alternating rounds).
   flags.push_back(cpu_info().avx512f ? "-mprefer-vector-width=512" : "-mprefer-vector-width=256");
+  // bf16 products widen to f32 where vdpbf16ps is the slower (an Emerald Rapids without AMX:
+  // matmul 2048^3 bf16 ran 163 ms on vdpbf16ps, 104 widened).
+  if (cpu_info().avx512_bf16 && !bf16_pairs_pay()) flags.push_back("-DDT_GEMM_WIDEN_BF16");
   // The matrix products' K chunk follows the L1D (deuteron_gemm.h's KC).
   flags.push_back("-DDT_L1D_BYTES=" + std::to_string(cpu_info().l1d_bytes));
   if (const char* extra = std::getenv("DEUTERON_CXXFLAGS")) {

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -278,6 +279,56 @@ __attribute__((target("avx"))) float read_avx(const float* src, size_t n) {
   for (float x : out) s += x;
   return s;
 }
+
+// bf16 products as generated code runs them (deuteron_gemm.h). vdpbf16ps: each 32-bit lane adds
+// a pair of bf16 products, 64 flops an instruction; its latency (about 6 cycles on a Zen 4) x 2
+// pipes needs at least 12 accumulators.
+__attribute__((target("avx512f,avx512bf16"))) float dot_pairs_avx512(int64_t iters) {
+  constexpr int N = 16;
+  __m512 acc[N];
+  for (int j = 0; j < N; ++j) acc[j] = _mm512_set1_ps(float(j));
+  // Products of 2^-10: the sums grow by 2^-19 a step, far from overflow and from denormals.
+  const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3a80);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 16
+    for (int j = 0; j < N; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], a, a);
+  }
+  for (int j = 1; j < N; ++j) acc[0] = _mm512_add_ps(acc[0], acc[j]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc[0]);
+  float s = 0;
+  for (float v : lanes) s += v;
+  return s;
+}
+constexpr double kFlopsDotPairs = 16 * 16 * 2 * 2;
+
+// AMX (tdpbf16ps): four 16 x 16 C tiles from two A and two B tiles, 16 x 16 x 32 x 2 flops each,
+// the 2 x 2 block deuteron_gemm.h's tile path keeps. The caller has the tile state granted. The
+// instructions are written as in that header (GCC needs no target flag for inline asm).
+float tiles_amx(int64_t iters) {
+  // The tile configuration: palette 1 (byte 0); tiles 0-7 of 64 bytes a row (16-bit words at
+  // byte 16) and 16 rows (bytes at 48).
+  alignas(64) uint8_t config[64] = {1};
+  for (int t = 0; t < 8; ++t) {
+    config[16 + 2 * t] = 64;
+    config[48 + t] = 16;
+  }
+  asm volatile("ldtilecfg %0" ::"m"(config));
+  asm volatile("tilezero %%tmm0\n\ttilezero %%tmm1\n\ttilezero %%tmm2\n\ttilezero %%tmm3\n\t"
+               "tilezero %%tmm4\n\ttilezero %%tmm5\n\ttilezero %%tmm6\n\ttilezero %%tmm7" ::);
+  for (int64_t i = 0; i < iters; ++i)
+    asm volatile("tdpbf16ps %%tmm6, %%tmm4, %%tmm0\n\ttdpbf16ps %%tmm7, %%tmm4, %%tmm1\n\t"
+                 "tdpbf16ps %%tmm6, %%tmm5, %%tmm2\n\ttdpbf16ps %%tmm7, %%tmm5, %%tmm3" ::);
+  asm volatile("tilerelease" ::);
+  return 0;
+}
+constexpr double kFlopsTiles = 4 * 16 * 16 * 32 * 2;
+
+// Linux grants a process the AMX tile state only on request.
+bool amx_granted() {
+  static const bool granted = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+  return granted;
+}
 #endif
 
 // Portable fallback (mul + add, whatever the compiler vectorises it to).
@@ -340,18 +391,38 @@ int team_size() {
 
 volatile float g_sink;  // keeps the FMA results alive
 
+// A loop of arithmetic from registers (FMAs, bf16 products) and the flops of one iteration.
+struct ArithmeticLoop {
+  FmaFn run = nullptr;
+  double flops_per_iter = 0;
+};
+
+// Iterations of `loop` that take about `seconds` on one core (the first runs warm up clocks).
+int64_t calibrate(ArithmeticLoop loop, double seconds) {
+  int64_t iters = 1 << 10;
+  double dt = 0;
+  for (;;) {
+    double t0 = now();
+    g_sink = loop.run(iters);
+    dt = now() - t0;
+    if (dt > seconds / 10 || iters > (int64_t(1) << 40)) break;
+    iters *= 4;
+  }
+  return std::max<int64_t>(1, int64_t(double(iters) * seconds / dt));
+}
+
 // GFLOP/s of the best of `reps` runs of `iters` iterations on `threads` threads (1: this one).
-double fma_gflops(const Kernels& k, int threads, int64_t iters, int reps) {
+double loop_gflops(ArithmeticLoop loop, int threads, int64_t iters, int reps) {
   double best = 0;
   for (int r = 0; r < reps; ++r) {
     int used = 1;
     double t0 = now();
     if (threads == 1) {
-      g_sink = k.fma(iters);
+      g_sink = loop.run(iters);
     } else {
 #pragma omp parallel num_threads(threads)
       {
-        float v = k.fma(iters);
+        float v = loop.run(iters);
         if (thread_id() == 0) {
           used = team_size();
           g_sink = v;
@@ -359,9 +430,27 @@ double fma_gflops(const Kernels& k, int threads, int64_t iters, int reps) {
       }
     }
     double dt = now() - t0;
-    best = std::max(best, used * double(iters) * k.flops_per_iter / dt * 1e-9);
+    best = std::max(best, used * double(iters) * loop.flops_per_iter / dt * 1e-9);
   }
   return best;
+}
+
+// The vdpbf16ps loop, where the CPU has it.
+std::optional<ArithmeticLoop> dot_pairs_loop(const CpuInfo& info) {
+#ifdef DEUTERON_X86
+  if (info.avx512_bf16) return ArithmeticLoop{dot_pairs_avx512, kFlopsDotPairs};
+#endif
+  (void)info;
+  return std::nullopt;
+}
+
+// The loop of the unit generated code runs bf16 products on, and its name (see bf16_pairs_pay).
+std::pair<ArithmeticLoop, std::string> bf16_product_loop(const CpuInfo& info, const Kernels& k) {
+#ifdef DEUTERON_X86
+  if (info.amx && amx_granted()) return {{tiles_amx, kFlopsTiles}, "AMX tiles (tdpbf16ps)"};
+#endif
+  if (bf16_pairs_pay()) return {*dot_pairs_loop(info), "vdpbf16ps"};
+  return {{k.fma, k.flops_per_iter}, "the f32 FMA (bf16 widened)"};
 }
 
 // Anonymous memory, huge pages where the kernel allows (fewer TLB misses, faster faults).
@@ -418,6 +507,33 @@ const CpuInfo& cpu_info() {
   return info;
 }
 
+double bf16_pair_speedup() {
+  static const double speedup = [] {
+    const CpuInfo& info = cpu_info();
+    std::optional<ArithmeticLoop> pairs = dot_pairs_loop(info);
+    if (!pairs) return 0.0;
+    // On this thread, alternating runs of about 2 ms: a disturbance slows both alike, and the
+    // best of five keeps it out. Tens of ms in all, once a process.
+    const Kernels k = pick_kernels(info);
+    const ArithmeticLoop fma{k.fma, k.flops_per_iter};
+    int64_t fma_iters = calibrate(fma, 0.002), pair_iters = calibrate(*pairs, 0.002);
+    double fma_rate = 0, pair_rate = 0;
+    for (int r = 0; r < 5; ++r) {
+      fma_rate = std::max(fma_rate, loop_gflops(fma, 1, fma_iters, 1));
+      pair_rate = std::max(pair_rate, loop_gflops(*pairs, 1, pair_iters, 1));
+    }
+    return fma_rate > 0 ? pair_rate / fma_rate : 0.0;
+  }();
+  return speedup;
+}
+
+bool bf16_pairs_pay() {
+#ifdef DEUTERON_X86
+  if (cpu_info().amx && amx_granted()) return true;
+#endif
+  return bf16_pair_speedup() > 1.0;
+}
+
 Roofline measure_roofline() {
   const CpuInfo& info = cpu_info();
   const Kernels k = pick_kernels(info);
@@ -425,19 +541,16 @@ Roofline measure_roofline() {
   const runtime::CpuUse load_from = runtime::cpu_use();
   Roofline out;
 
-  // FMA: calibrate to ~0.2 s per run on one core (this also warms up clocks).
-  int64_t iters = 1 << 16;
-  double dt = 0;
-  for (;;) {
-    double t0 = now();
-    g_sink = k.fma(iters);
-    dt = now() - t0;
-    if (dt > 0.02 || iters > (int64_t(1) << 40)) break;
-    iters *= 4;
-  }
-  iters = std::max<int64_t>(1, int64_t(double(iters) * 0.2 / dt));
-  out.peak_gflops_1core = fma_gflops(k, 1, iters, 3);
-  out.peak_gflops = fma_gflops(k, threads, iters, 3);
+  // FMA and bf16 products: about 0.2 s per run.
+  const ArithmeticLoop fma{k.fma, k.flops_per_iter};
+  int64_t iters = calibrate(fma, 0.2);
+  out.peak_gflops_1core = loop_gflops(fma, 1, iters, 3);
+  out.peak_gflops = loop_gflops(fma, threads, iters, 3);
+  auto [bf16, unit] = bf16_product_loop(info, k);
+  iters = calibrate(bf16, 0.2);
+  out.bf16_peak_gflops_1core = loop_gflops(bf16, 1, iters, 3);
+  out.bf16_peak_gflops = loop_gflops(bf16, threads, iters, 3);
+  out.bf16_unit = unit;
 
   // Bandwidth: each array at least 4x L3 and 512 MiB (so that neither the caches nor the timer's
   // resolution matter: a pass takes tens of ms), but at most a quarter of free memory.
@@ -515,8 +628,12 @@ Roofline roofline(bool remeasure) {
     cached.copy_gbps_1core = figure("copy_gbps_1core");
     cached.others_cores = figure("others_cores");
     cached.samples = int(figure("samples"));
+    cached.bf16_peak_gflops = figure("bf16_peak_gflops");
+    cached.bf16_peak_gflops_1core = figure("bf16_peak_gflops_1core");
+    if (j && j->contains("bf16_unit") && (*j)["bf16_unit"].is_string()) cached.bf16_unit = (*j)["bf16_unit"];
     bool complete = cached.peak_gflops > 0 && cached.peak_gflops_1core > 0 && cached.copy_gbps_1core > 0 &&
-                    cached.samples > 0;
+                    cached.samples > 0 && cached.bf16_peak_gflops > 0 && cached.bf16_peak_gflops_1core > 0 &&
+                    !cached.bf16_unit.empty();
     for (const Bandwidth& b : {cached.copy, cached.copy_nt, cached.read})
       complete = complete && b.min > 0 && b.median >= b.min && b.best >= b.median;
     if (complete && !runtime::measure_again(!plausible(cached, info.cores), figure("measured_at"))) {
@@ -534,6 +651,9 @@ Roofline roofline(bool remeasure) {
   nlohmann::json j = {{"peak_gflops", r.peak_gflops},
                       {"peak_gflops_1core", r.peak_gflops_1core},
                       {"copy_gbps_1core", r.copy_gbps_1core},
+                      {"bf16_peak_gflops", r.bf16_peak_gflops},
+                      {"bf16_peak_gflops_1core", r.bf16_peak_gflops_1core},
+                      {"bf16_unit", r.bf16_unit},
                       {"samples", r.samples},
                       {"others_cores", r.others_cores},
                       {"model_name", info.model_name},

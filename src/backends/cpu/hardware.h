@@ -41,6 +41,10 @@ struct Bandwidth {
 struct Roofline {
   double peak_gflops = 0;        // f32 FMA, all cores
   double peak_gflops_1core = 0;  // f32 FMA, one core
+  // Products of bf16 operands, on the unit generated code runs them on (bf16_unit: AMX tiles,
+  // vdpbf16ps, or the f32 FMA where bf16 is widened), all cores and one.
+  double bf16_peak_gflops = 0, bf16_peak_gflops_1core = 0;
+  std::string bf16_unit;
   // Arrays much larger than L3, all cores, in bytes moved per second (read + written for copies).
   Bandwidth copy;     // plain stores, as generated kernels write: each line is read before it is written
   Bandwidth copy_nt;  // non-temporal stores: no read of the destination
@@ -49,6 +53,14 @@ struct Roofline {
   double others_cores = 0;     // cores other processes kept busy while it was measured
   int samples = 0;             // per bandwidth figure
 };
+
+// The one-core flop rate of vdpbf16ps over the f32 FMA's, measured once a process (tens of ms)
+// where the CPU has AVX512_BF16; 0 elsewhere. About 2 on a Zen 4, 0.5 on Intel Xeons.
+double bf16_pair_speedup();
+
+// Whether generated code multiplies bf16 operands as they are (AMX tiles where Linux grants
+// them, or vdpbf16ps where it outruns the f32 FMA) rather than widening them to f32.
+bool bf16_pairs_pay();
 
 // Measures now (a few seconds): FMA peak with the widest vectors the CPU has, and bandwidths on
 // arrays much larger than L3, the three kinds interleaved sample by sample so that a disturbance
