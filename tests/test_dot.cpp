@@ -478,6 +478,23 @@ TEST(DotPlan, BFloat16OperandsArePacked) {
 // slower than the f32 FMA (DT_GEMM_WIDEN_BF16: on a CPU without AVX512_BF16 the build is the
 // same as without it).
 class DotPairs : public ::testing::TestWithParam<const char*> {};
+
+// x @ y from kernel k (m x k @ k x n, tiles t0, t1 and t2 over m, n and k) under config c, and
+// under c with blocks of 8, 16 and 16: ragged edges in every dim.
+void expect_product_in_whole_and_ragged_blocks(const KernelBase& k, const Tensor& x, const Tensor& y,
+                                               const config::Config& c) {
+  const int64_t m = x.size(0), kk = x.size(1), n = y.size(1);
+  for (bool small : {false, true}) {
+    config::Config ci = c;
+    if (small && m > 1) {
+      ci.set("block_t0", 8);
+      ci.set("block_t1", 16);
+      ci.set("block_t2", 16);
+    }
+    auto r = api::run(k, {x, y}, "cpu", ci);
+    expect_close(r.outputs[0], product(x, y, 1, m, kk, n), 1e-5, r.config.dump());
+  }
+}
 INSTANTIATE_TEST_SUITE_P(Emulated, DotPairs,
                          ::testing::Values("-DDT_GEMM_EMULATE_BF16", "-DDT_GEMM_EMULATE_BF16 -DDT_GEMM_EMULATE_AMX",
                                            "-DDT_GEMM_WIDEN_BF16"),
@@ -503,17 +520,40 @@ TEST_P(DotPairs, BFloat16PairsWhereTheCpuMultipliesThem) {
       bool in_place = std::string(a) == "in_place";
       EXPECT_EQ(cp.gemms[0].a.read, in_place ? cpu::DotRead::InPlace : cpu::DotRead::Packed);
       EXPECT_EQ(code.find("a_in_place_bf16") != std::string::npos, in_place);
-      for (bool small : {false, true}) {
-        config::Config ci = c;
-        if (small && s[0] > 1) {  // ragged edges in every dim
-          ci.set("block_t0", 8);
-          ci.set("block_t1", 16);
-          ci.set("block_t2", 16);
-        }
-        auto r = api::run(k, {x, y}, "cpu", ci);
-        expect_close(r.outputs[0], product(x, y, 1, s[0], s[1], s[2]), 1e-5, r.config.dump());
-      }
+      expect_product_in_whole_and_ragged_blocks(k, x, y, c);
     }
+  }
+  ::unsetenv("DEUTERON_CXXFLAGS");
+}
+
+// Computed bf16 operands (as attention's p.to(v.dtype())): the dot packs their f32 storage as
+// pairs, rounding to bf16 (here the scalings by 2 and 1/2 are exact, so the product is x @ y).
+TEST_P(DotPairs, ComputedBFloat16OperandsArePackedAsPairs) {
+  ::setenv("DEUTERON_CXXFLAGS", GetParam(), 1);
+  static const auto k = deuteron::kernel("dot_bf16_computed", [](hl::Tensor x, hl::Tensor y) {
+    auto out = hl::empty({x.size(0), y.size(1)});
+    for (auto [tm, tn] : hl::tile({x.size(0), y.size(1)})) {
+      auto acc = hl::zeros({tm, tn});
+      for (auto tk : hl::tile(x.size(1))) {
+        auto a = (x[{tm, tk}] * 2.0f).to(DType::bf16);
+        auto b = (y[{tk, tn}] * 0.5f).to(DType::bf16);
+        acc = hl::dot(a, b, acc);
+      }
+      out[{tm, tn}] = acc;
+    }
+    return out;
+  });
+  for (auto s : std::vector<std::vector<int64_t>>{{37, 29, 70}, {1, 1, 1}, {130, 67, 100}, {12, 64, 64}}) {
+    Tensor x = Tensor::rand({s[0], s[1]}, DType::bf16, 22), y = Tensor::rand({s[1], s[2]}, DType::bf16, 23);
+    auto sp = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu");
+    plan::Plan p = driver::lower(sp, sp.space.default_config());
+    cpu::CpuPlan cp = cpu::refine(p);
+    ASSERT_TRUE(cp.gemms[0].bf16_pairs);
+    EXPECT_EQ(cp.gemms[0].a.read, cpu::DotRead::PackInGroup);
+    std::string code = backends::get("cpu").emit(p);
+    EXPECT_NE(code.find("pack_a_pairs<dt::gemm::F32>"), std::string::npos);
+    EXPECT_NE(code.find("pack_b_pairs<dt::gemm::F32>"), std::string::npos);
+    expect_product_in_whole_and_ragged_blocks(k, x, y, sp.space.default_config());
   }
   ::unsetenv("DEUTERON_CXXFLAGS");
 }

@@ -1734,12 +1734,12 @@ class Generator {
         if (o.load_op >= 0) {
           pack_call(k_.ops[size_t(o.load_op)], o.value, x, buf, d.bf16_pairs);
         } else {
+          // A computed value, from its f32 storage (rounded to bf16 pairs where the dot multiplies them).
           Src src = memory_src(o.source, rows, cols);
-          line(fmt::format("dt::gemm::pack_{}<dt::gemm::F32>({}, {}, {}, {}, {}, {}, {});", role, src.ptr, src.rs,
-                           src.cs, count(rows), count(cols), kstride, buf));
+          line(fmt::format("dt::gemm::pack_{}{}<dt::gemm::F32>({}, {}, {}, {}, {}, {}, {});", role,
+                           d.bf16_pairs ? "_pairs" : "", src.ptr, src.rs, src.cs, count(rows), count(cols), kstride, buf));
         }
-        views[x] = fmt::format("dt::gemm::{}_packed{}({}, {})", role, d.bf16_pairs && o.load_op >= 0 ? "_pairs" : "",
-                               buf, kstride);
+        views[x] = fmt::format("dt::gemm::{}_packed{}({}, {})", role, d.bf16_pairs ? "_pairs" : "", buf, kstride);
       } else {
         Src src = o.load_op >= 0 ? tensor_src(k_.ops[size_t(o.load_op)], rows, cols) : memory_src(o.source, rows, cols);
         // bf16 A in place: refine left it unpacked for the pair micro-kernel (Gemm::bf16_pairs).

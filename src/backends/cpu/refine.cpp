@@ -102,14 +102,25 @@ class Refiner {
     hoist_invariant_groups();
     for (const plan::Dot& d : p_.dots) p_.gemms.push_back(gemm(d));
     for (Gemm& g : p_.gemms) {
+      // A bf16 tensor read packed, or a computed bf16 value (attention's p.to(v.dtype())), whose
+      // f32 storage the dot packs as pairs.
       auto bf16_packed = [&](const GemmOperand& x) {
-        return x.load_op >= 0 && x.read != DotRead::InPlace && k().tensors[size_t(k().op(x.load_op).tensor)].dtype == DType::bf16;
+        if (x.load_op < 0) return k().value(x.value).dtype == DType::bf16;
+        return x.read != DotRead::InPlace && k().tensors[size_t(k().op(x.load_op).tensor)].dtype == DType::bf16;
       };
       g.bf16_pairs = bf16_packed(g.a) && bf16_packed(g.b);
+      for (int r = 0; r < 2 && g.bf16_pairs; ++r) {
+        GemmOperand& x = r == 0 ? g.a : g.b;
+        if (x.load_op >= 0 || x.read != DotRead::InPlace) continue;
+        const std::vector<int>& vd = k().value(x.value).dims;
+        int64_t rows = extent_of(vd[vd.size() - 2]), cols = extent_of(vd.back());
+        x.read = DotRead::PackInGroup;
+        x.pack_elements = r == 0 ? packed_a_elements(rows, cols) : packed_b_elements(rows, cols);
+      }
       // A bf16 A block the dot would pack every time it runs is read in place instead when K
       // is contiguous: its 32-bit words are already pairs of K steps (the runtime packs what
       // it cannot read so, panel by panel, and widens it where the CPU has no vdpbf16ps).
-      if (g.bf16_pairs && g.a.read == DotRead::PackInGroup) {
+      if (g.bf16_pairs && g.a.read == DotRead::PackInGroup && g.a.load_op >= 0) {
         const std::vector<int>& vd = k().value(g.a.value).dims;
         if (vd.back() != ir::kOne && stride_along(k().op(g.a.load_op), vd.back()) == 1) {
           g.a.read = DotRead::InPlace;

@@ -34,8 +34,8 @@ struct Gemm {
   GemmOperand a, b;
   ir::ValueId acc_phi = -1;  // as plan::Dot
   bool acc_inline = false;
-  // Both operands are bf16 tensor reads packed for the micro-kernel: they may stay bf16 (pairs
-  // of K steps for vdpbf16ps where the CPU has it).
+  // Both operands are bf16, tensor reads packed for the micro-kernel or computed values the dot
+  // packs: they may stay bf16 (pairs of K steps for vdpbf16ps or AMX tiles where the CPU has them).
   bool bf16_pairs = false;
 };
 

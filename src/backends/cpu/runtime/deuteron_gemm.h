@@ -778,20 +778,36 @@ static inline void gemm_pairs(int64_t M, int64_t N, int64_t K, AView A, BView B,
   }
 }
 
-// Packs A (M x K, bf16, element (i, k) at src[i*rs + k*cs]) as pair panels.
+// f32 lanes rounded to bf16 as dt::f32_to_bf16 rounds them (to nearest even; NaN stays a quiet
+// NaN), in the low 16 bits of each lane.
+DG_INLINE uvec round_to_bf16(vec x) {
+  const uvec u = reinterpret_cast<uvec>(x);
+  const uvec rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uvec nan = reinterpret_cast<uvec>((u & 0x7fffffffu) > 0x7f800000u);  // all ones where NaN
+  return (nan & ((u >> 16) | 0x0040u)) | (~nan & rounded);
+}
+
+// Element (i, k) of a pair operand's source as bf16 bits: bf16 read as it is, f32 (a computed
+// value's storage) rounded.
+template <int E>
+DG_INLINE uint32_t bf16_bits(const void* src, int64_t at) {
+  static_assert(E == BF16 || E == F32, "bf16 pairs are packed from bf16 or f32 operands");
+  if constexpr (E == BF16) return static_cast<const uint16_t*>(src)[at];
+  else return f32_to_bf16(static_cast<const float*>(src)[at]);
+}
+
+// Packs A (M x K, bf16 or f32, element (i, k) at src[i*rs + k*cs]) as pair panels.
 template <int E>
 static inline void pack_a_pairs(const void* src, int64_t rs, int64_t cs, int64_t M, int64_t K, int64_t kstride,
                                 float* __restrict dst) {
-  static_assert(E == BF16, "bf16 pairs are packed from bf16 operands");
-  const uint16_t* h = static_cast<const uint16_t*>(src);
   const int64_t K2 = (K + 1) / 2;
   for (int64_t i0 = 0; i0 < M; i0 += MR) {
     uint32_t* d = reinterpret_cast<uint32_t*>(dst + (i0 / MR) * MR * kstride);
     const int rows = int(M - i0 < MR ? M - i0 : MR);
     int64_t k2 = 0;
-    if (rows == MR && cs == 1 && rs % 2 == 0 && reinterpret_cast<uintptr_t>(h) % 4 == 0) {
+    if (E == BF16 && rows == MR && cs == 1 && rs % 2 == 0 && reinterpret_cast<uintptr_t>(src) % 4 == 0) {
       // Rows contiguous: a row's pairs are its 32-bit words; interleave kVec words of 6 rows.
-      const uint32_t* w = reinterpret_cast<const uint32_t*>(h);
+      const uint32_t* w = static_cast<const uint32_t*>(src);
       for (; k2 + kVec <= K / 2; k2 += kVec) {
         vec x[MR], y[MR];
 #pragma GCC unroll 6
@@ -800,22 +816,39 @@ static inline void pack_a_pairs(const void* src, int64_t rs, int64_t cs, int64_t
 #pragma GCC unroll 6
         for (int v = 0; v < MR; ++v) storeu(reinterpret_cast<float*>(d + k2 * MR + v * kVec), y[v]);
       }
+    } else if (E == F32 && rows == MR && cs == 1) {
+      // f32 rows contiguous: 2 kVec floats of a row round to its kVec pairs (its even and odd
+      // steps of K, gathered apart), then the rows interleave as above.
+      const float* f = static_cast<const float*>(src);
+      ivec even, odd;
+      for (int l = 0; l < kVec; ++l) even[l] = 2 * l, odd[l] = 2 * l + 1;
+      for (; k2 + kVec <= K / 2; k2 += kVec) {
+        vec x[MR], y[MR];
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; ++i) {
+          const float* row = f + (i0 + i) * rs + 2 * k2;
+          vec lo = loadu(row), hi = loadu(row + kVec);
+          x[i] = reinterpret_cast<vec>(round_to_bf16(__builtin_shuffle(lo, hi, even)) |
+                                       round_to_bf16(__builtin_shuffle(lo, hi, odd)) << 16);
+        }
+        detail::interleave_rows(x, y);
+#pragma GCC unroll 6
+        for (int v = 0; v < MR; ++v) storeu(reinterpret_cast<float*>(d + k2 * MR + v * kVec), y[v]);
+      }
     }
     for (; k2 < K2; ++k2)
       for (int i = 0; i < MR; ++i) {
-        uint32_t lo = i < rows ? h[(i0 + i) * rs + 2 * k2 * cs] : 0;
-        uint32_t hi = i < rows && 2 * k2 + 1 < K ? h[(i0 + i) * rs + (2 * k2 + 1) * cs] : 0;
+        uint32_t lo = i < rows ? bf16_bits<E>(src, (i0 + i) * rs + 2 * k2 * cs) : 0;
+        uint32_t hi = i < rows && 2 * k2 + 1 < K ? bf16_bits<E>(src, (i0 + i) * rs + (2 * k2 + 1) * cs) : 0;
         d[k2 * MR + i] = lo | hi << 16;
       }
   }
 }
 
-// Packs B (K x N, bf16, element (k, j) at src[k*rs + j*cs]) as pair panels.
+// Packs B (K x N, bf16 or f32, element (k, j) at src[k*rs + j*cs]) as pair panels.
 template <int E>
 static inline void pack_b_pairs(const void* src, int64_t rs, int64_t cs, int64_t K, int64_t N, int64_t kstride,
                                 float* __restrict dst) {
-  static_assert(E == BF16, "bf16 pairs are packed from bf16 operands");
-  const uint16_t* h = static_cast<const uint16_t*>(src);
   const int64_t K2 = (K + 1) / 2;
   for (int64_t j0 = 0; j0 < N; j0 += NR) {
     uint32_t* d = reinterpret_cast<uint32_t*>(dst + (j0 / NR) * NR * kstride);
@@ -826,14 +859,21 @@ static inline void pack_b_pairs(const void* src, int64_t rs, int64_t cs, int64_t
       for (; 2 * k2 + 1 < K; ++k2)
 #pragma GCC unroll 4
         for (int v = 0; v < kNV; ++v) {
-          hvec_u r0 = *reinterpret_cast<const hvec_u*>(h + 2 * k2 * rs + j0 + v * kVec);
-          hvec_u r1 = *reinterpret_cast<const hvec_u*>(h + (2 * k2 + 1) * rs + j0 + v * kVec);
-          uvec p = __builtin_convertvector(r0, uvec) | __builtin_convertvector(r1, uvec) << 16;
+          const int64_t r0 = 2 * k2 * rs + j0 + v * kVec, r1 = r0 + rs;
+          uvec p;
+          if constexpr (E == BF16) {
+            const uint16_t* h = static_cast<const uint16_t*>(src);
+            p = __builtin_convertvector(*reinterpret_cast<const hvec_u*>(h + r0), uvec) |
+                __builtin_convertvector(*reinterpret_cast<const hvec_u*>(h + r1), uvec) << 16;
+          } else {
+            const float* f = static_cast<const float*>(src);
+            p = round_to_bf16(loadu(f + r0)) | round_to_bf16(loadu(f + r1)) << 16;
+          }
           storeu(reinterpret_cast<float*>(d + k2 * NR + v * kVec), reinterpret_cast<vec>(p));
         }
-    } else if (rs == 1 && n == NR && cs % 2 == 0 && reinterpret_cast<uintptr_t>(h) % 4 == 0) {
+    } else if (E == BF16 && rs == 1 && n == NR && cs % 2 == 0 && reinterpret_cast<uintptr_t>(src) % 4 == 0) {
       // Columns contiguous (k^T): a column's pairs are its 32-bit words; transpose kVec x kVec.
-      const uint32_t* w = reinterpret_cast<const uint32_t*>(h);
+      const uint32_t* w = static_cast<const uint32_t*>(src);
       for (; k2 + kVec <= K / 2; k2 += kVec)
         for (int v = 0; v < kNV; ++v) {
           vec x[kVec];
@@ -846,8 +886,8 @@ static inline void pack_b_pairs(const void* src, int64_t rs, int64_t cs, int64_t
     }
     for (; k2 < K2; ++k2)
       for (int64_t j = 0; j < NR; ++j) {
-        uint32_t lo = j < n ? h[2 * k2 * rs + (j0 + j) * cs] : 0;
-        uint32_t hi = j < n && 2 * k2 + 1 < K ? h[(2 * k2 + 1) * rs + (j0 + j) * cs] : 0;
+        uint32_t lo = j < n ? bf16_bits<E>(src, 2 * k2 * rs + (j0 + j) * cs) : 0;
+        uint32_t hi = j < n && 2 * k2 + 1 < K ? bf16_bits<E>(src, (2 * k2 + 1) * rs + (j0 + j) * cs) : 0;
         d[k2 * NR + j] = lo | hi << 16;
       }
   }
