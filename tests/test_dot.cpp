@@ -558,6 +558,37 @@ TEST_P(DotPairs, ComputedBFloat16OperandsArePackedAsPairs) {
   ::unsetenv("DEUTERON_CXXFLAGS");
 }
 
+// A computed bf16 operand made before the dot's loop (as attention's scaled q) does not change
+// in it: the dot packs it on the loop's first trip only, and every trip multiplies that copy.
+TEST_P(DotPairs, ComputedOperandMadeBeforeTheLoopIsPackedOnce) {
+  ::setenv("DEUTERON_CXXFLAGS", GetParam(), 1);
+  static const auto k = deuteron::kernel("dot_bf16_packed_once", [](hl::Tensor x, hl::Tensor y) {
+    auto out = hl::empty({x.size(0), y.size(1)});
+    for (auto tm : hl::tile(x.size(0))) {
+      auto a = (x[{tm, hl::all}] * 2.0f).to(DType::bf16);
+      for (auto tn : hl::tile(y.size(1))) out[{tm, tn}] = hl::dot(a, (y[{hl::all, tn}] * 0.5f).to(DType::bf16));
+    }
+    return out;
+  });
+  for (auto s : std::vector<std::vector<int64_t>>{{37, 29, 70}, {1, 1, 1}, {70, 33, 130}}) {
+    Tensor x = Tensor::rand({s[0], s[1]}, DType::bf16, 24), y = Tensor::rand({s[1], s[2]}, DType::bf16, 25);
+    auto sp = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu");
+    for (int64_t block_n : {16, 64}) {  // several trips of the loop over N, or one
+      config::Config c = sp.space.default_config();
+      if (s[2] > block_n) c.set("block_t1", block_n);
+      plan::Plan p = driver::lower(sp, c);
+      cpu::CpuPlan cp = cpu::refine(p);
+      ASSERT_TRUE(cp.gemms[0].bf16_pairs);
+      EXPECT_TRUE(cp.gemms[0].a.pack_once);
+      EXPECT_FALSE(cp.gemms[0].b.pack_once);  // y's block changes with the loop
+      EXPECT_NE(backends::get("cpu").emit(p).find("if (o_t1 == begin_t1) dt::gemm::pack_a_pairs"), std::string::npos);
+      auto r = api::run(k, {x, y}, "cpu", c);
+      expect_close(r.outputs[0], product(x, y, 1, s[0], s[1], s[2]), 1e-5, r.config.dump());
+    }
+  }
+  ::unsetenv("DEUTERON_CXXFLAGS");
+}
+
 // ---- mistakes -----------------------------------------------------------------------------------
 
 template <typename F>

@@ -1734,10 +1734,18 @@ class Generator {
         if (o.load_op >= 0) {
           pack_call(k_.ops[size_t(o.load_op)], o.value, x, buf, d.bf16_pairs);
         } else {
-          // A computed value, from its f32 storage (rounded to bf16 pairs where the dot multiplies them).
+          // A computed value, from its f32 storage (rounded to bf16 pairs where the dot multiplies
+          // them); one computed before the loop, on its first trip only (GemmOperand::pack_once).
           Src src = memory_src(o.source, rows, cols);
-          line(fmt::format("dt::gemm::pack_{}{}<dt::gemm::F32>({}, {}, {}, {}, {}, {}, {});", role,
-                           d.bf16_pairs ? "_pairs" : "", src.ptr, src.rs, src.cs, count(rows), count(cols), kstride, buf));
+          std::string call = fmt::format("dt::gemm::pack_{}{}<dt::gemm::F32>({}, {}, {}, {}, {}, {}, {});", role,
+                                         d.bf16_pairs ? "_pairs" : "", src.ptr, src.rs, src.cs, count(rows), count(cols),
+                                         kstride, buf);
+          if (o.pack_once) {
+            std::vector<std::string> first;
+            for (int a : k_.loops[size_t(d.loop)].axes) first.push_back(fmt::format("o_{0} == begin_{0}", axis(a)));
+            call = fmt::format("if ({}) {}", fmt::join(first, " && "), call);
+          }
+          line(call);
         }
         views[x] = fmt::format("dt::gemm::{}_packed{}({}, {})", role, d.bf16_pairs ? "_pairs" : "", buf, kstride);
       } else {

@@ -128,6 +128,8 @@ class Refiner {
         }
       }
     }
+    for (Gemm& g : p_.gemms)
+      for (GemmOperand* x : {&g.a, &g.b}) x->pack_once = x->read == DotRead::PackInGroup && computed_before(*x, g.loop);
     scratch();
     return std::move(p_);
   }
@@ -137,6 +139,21 @@ class Refiner {
   bool grid_axis(int axis) const {
     const std::vector<int>& g = k().grid_loop().axes;
     return std::find(g.begin(), g.end(), axis) != g.end();
+  }
+
+  // Whether dot operand x is a value computed before loop `loop` starts (outside it and the
+  // loops in it: not one it carries), held in one slab per block (no batch dim blocked wider
+  // than 1), so that one packing serves all the loop's trips.
+  bool computed_before(const GemmOperand& x, int loop) const {
+    int def = k().value(x.source).def_op;
+    if (x.load_op >= 0 || def < 0 || loop < 0) return false;
+    int at = ir::loop_of_ops(k())[size_t(def)];
+    for (int l = at; l >= 0; l = k().loop(l).parent)
+      if (l == loop) return false;
+    const std::vector<int>& vd = k().value(x.value).dims;
+    for (size_t i = 0; i + 2 < vd.size(); ++i)
+      if (extent_of(vd[i]) != 1) return false;
+    return at >= 0;
   }
 
   // Epilogue sub-tiling applies along the N dim of a dot in a loop directly inside the grid.
@@ -489,7 +506,7 @@ std::string describe(const CpuPlan& p) {
     auto operand = [&](const GemmOperand& x) {
       std::string what = x.load_op >= 0 ? k.tensors[size_t(k.op(x.load_op).tensor)].name
                                          : fmt::format("%{} (fast memory)", x.source);
-      return fmt::format("{} {}", what, name(x.read));
+      return fmt::format("{} {}{}", what, name(x.read), x.pack_once ? " on its loop's first trip" : "");
     };
     out += fmt::format("    micro-kernel for the dot at line {}: a = {}, b = {}{}\n", k.op(g.op).loc.line(),
                        operand(g.a), operand(g.b),

@@ -25,6 +25,9 @@ const char* name(DotRead r);
 struct GemmOperand : plan::DotOperand {
   DotRead read = DotRead::InPlace;
   int64_t pack_elements = 0;  // PackInGroup: floats of the dot's packing scratch
+  // PackInGroup of a value computed before the dot's loop (attention's scaled q), one slab per
+  // block: packed on the loop's first trip only, as it does not change in the loop.
+  bool pack_once = false;
 };
 
 // A dot lowered onto the micro-kernel.
