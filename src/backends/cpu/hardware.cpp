@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -374,6 +375,13 @@ double now() {
       .count();
 }
 
+// CPU time this thread has used, in seconds (not the time it waited for a core).
+double thread_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
 int thread_id() {
 #ifdef _OPENMP
   return omp_get_thread_num();
@@ -512,15 +520,23 @@ double bf16_pair_speedup() {
     const CpuInfo& info = cpu_info();
     std::optional<ArithmeticLoop> pairs = dot_pairs_loop(info);
     if (!pairs) return 0.0;
-    // On this thread, alternating runs of about 2 ms: a disturbance slows both alike, and the
-    // best of five keeps it out. Tens of ms in all, once a process.
+    // On this thread, alternating runs of about 2 ms, each timed by the CPU time it used: the
+    // decision changes the build flags, so every process must reach the same one, also while
+    // other processes take turns on its core (wall time then swings by whole 4 ms time
+    // slices). The best of seven keeps what is left out. Tens of ms in all, once a process.
     const Kernels k = pick_kernels(info);
     const ArithmeticLoop fma{k.fma, k.flops_per_iter};
     int64_t fma_iters = calibrate(fma, 0.002), pair_iters = calibrate(*pairs, 0.002);
+    auto rate = [](ArithmeticLoop loop, int64_t iters) {
+      double t0 = thread_seconds();
+      g_sink = loop.run(iters);
+      double dt = thread_seconds() - t0;
+      return dt > 0 ? double(iters) * loop.flops_per_iter / dt : 0.0;
+    };
     double fma_rate = 0, pair_rate = 0;
-    for (int r = 0; r < 5; ++r) {
-      fma_rate = std::max(fma_rate, loop_gflops(fma, 1, fma_iters, 1));
-      pair_rate = std::max(pair_rate, loop_gflops(*pairs, 1, pair_iters, 1));
+    for (int r = 0; r < 7; ++r) {
+      fma_rate = std::max(fma_rate, rate(fma, fma_iters));
+      pair_rate = std::max(pair_rate, rate(*pairs, pair_iters));
     }
     return fma_rate > 0 ? pair_rate / fma_rate : 0.0;
   }();
