@@ -128,8 +128,10 @@ class Refiner {
         }
       }
     }
+    const std::vector<int> loop_of = ir::loop_of_ops(k());
     for (Gemm& g : p_.gemms)
-      for (GemmOperand* x : {&g.a, &g.b}) x->pack_once = x->read == DotRead::PackInGroup && computed_before(*x, g.loop);
+      for (GemmOperand* x : {&g.a, &g.b})
+        x->pack_once = x->read == DotRead::PackInGroup && computed_before(*x, g.loop, loop_of);
     scratch();
     return std::move(p_);
   }
@@ -144,10 +146,11 @@ class Refiner {
   // Whether dot operand x is a value computed before loop `loop` starts (outside it and the
   // loops in it: not one it carries), held in one slab per block (no batch dim blocked wider
   // than 1), so that one packing serves all the loop's trips.
-  bool computed_before(const GemmOperand& x, int loop) const {
+  // loop_of: ir::loop_of_ops.
+  bool computed_before(const GemmOperand& x, int loop, const std::vector<int>& loop_of) const {
     int def = k().value(x.source).def_op;
     if (x.load_op >= 0 || def < 0 || loop < 0) return false;
-    int at = ir::loop_of_ops(k())[size_t(def)];
+    int at = loop_of[size_t(def)];
     for (int l = at; l >= 0; l = k().loop(l).parent)
       if (l == loop) return false;
     const std::vector<int>& vd = k().value(x.value).dims;
