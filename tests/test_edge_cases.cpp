@@ -201,6 +201,65 @@ void check_extremes(const std::string& target) {
   }
 }
 
+// A division by a value the row loop holds fixed (a row's sum) multiplies by its reciprocal
+// where that is a normal float, and divides where it is not: a sum of 0, inf or NaN, a tiny
+// one whose reciprocal overflows, a huge one whose reciprocal is subnormal. Every quotient is
+// within 1.5 ulp of the correctly rounded one, and the special ones are IEEE's.
+TEST(EdgeCases, DivisionByARowsSumIsIeeesForEverySum) {
+  static const auto normalize = deuteron::kernel("row_normalize", [](hl::Tensor x) {
+    auto out = hl::empty_like(x);
+    for (auto tm : hl::tile(x.size(0))) {
+      auto row = x[{tm, hl::all}];
+      out[{tm, hl::all}] = row / row.sum(1, true);
+    }
+    return out;
+  });
+  const int64_t n = 67;  // a row loop long enough for two versions, and ragged
+  std::vector<std::vector<double>> rows;
+  auto row_of = [&](std::map<int64_t, double> at) {
+    std::vector<double> r(size_t(n), 0.0);
+    for (auto [i, v] : at) r[size_t(i)] = v;
+    rows.push_back(r);
+  };
+  std::vector<double> small(static_cast<size_t>(n));  // small integers: the f32 sum is exact
+  for (int64_t i = 0; i < n; ++i) small[size_t(i)] = double(1 + (i * 7) % 9);
+  rows.push_back(small);
+  for (double& v : small) v = -v;
+  rows.push_back(small);
+  row_of({});                                  // 0 / 0
+  row_of({{3, 1.0}, {60, -1.0}});              // a sum of +0: +-inf and NaN
+  row_of({{5, std::ldexp(1.0, -133)}});        // subnormal sum: 1 / sum overflows
+  row_of({{5, std::ldexp(1.0, -127)}});        // subnormal sum with a normal reciprocal
+  row_of({{5, 3e38}, {66, 1.0}});              // 1 / sum is subnormal
+  row_of({{0, kInf}, {1, 2.0}});               // inf / inf and 2 / inf
+  row_of({{2, kNaN}, {3, 1.0}});
+  const int64_t m = int64_t(rows.size());
+  std::vector<double> flat;
+  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+  Tensor x = tensor_of(flat, {m, n});
+  auto s = driver::specialize(normalize, frontend::describe_args(normalize, {x}), "cpu");
+  const config::Config c = s.space.default_config();
+  ASSERT_NE(s.backend->emit(driver::lower(s, c)).find("dt::is_normal("), std::string::npos)
+      << "the multiplying version is not generated: this test would not cover it";
+  Tensor got = api::run(normalize, {x}, "cpu", c).outputs[0];
+  for (int64_t r = 0; r < m; ++r) {
+    double sum = 0;
+    for (double v : rows[size_t(r)]) sum += v;  // exact for these rows
+    for (int64_t i = 0; i < n; ++i) {
+      double q = rows[size_t(r)][size_t(i)] / sum;
+      float want = float(q), g = float(got.get(r * n + i));
+      std::string at = fmt::format("row {} (sum {}), element {}", r, sum, i);
+      if (std::isnan(want) || std::isinf(want) || want == 0.0f) {
+        EXPECT_TRUE(std::isnan(want) ? std::isnan(g) : g == want && std::signbit(g) == std::signbit(want))
+            << at << ": got " << g << ", want " << want;
+      } else {
+        float ulp = std::nextafter(std::abs(want), std::numeric_limits<float>::infinity()) - std::abs(want);
+        EXPECT_LE(std::abs(double(g) - q), 1.5 * ulp) << at << ": got " << g << ", want " << want;
+      }
+    }
+  }
+}
+
 TEST(EdgeCases, AmaxAndAminPropagateNaN) { check_extremes("cpu"); }
 
 TEST(EdgeCases, AmaxAndAminPropagateNaNOnPallas) {

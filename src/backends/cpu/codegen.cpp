@@ -854,7 +854,9 @@ class Generator {
       }
       case OpKind::Binary: {
         DType t = ir::operand_dtype(op.binary, promote(k_.value(op.inputs[0]).dtype, k_.value(op.inputs[1]).dtype));
-        e = binary(op.binary, in_as(0, t), in_as(1, t), t);
+        auto r = op.binary == ir::BinaryFn::Div ? reciprocal_.find(source(op.inputs[1])) : reciprocal_.end();
+        e = r != reciprocal_.end() ? fmt::format("({} * {})", in_as(0, t), r->second)
+                                   : binary(op.binary, in_as(0, t), in_as(1, t), t);
         break;
       }
       default:
@@ -1075,10 +1077,17 @@ class Generator {
                           (runtime_whole(inner) || p_.storage_extent(inner) > 256);
     bool split = chunked || stream_chunked;
     if (!split) prefetches.clear();
-    std::vector<int> outer(dom.begin(), dom.end() - (split ? 1 : 0));
+    // Divisions by a value the innermost loop holds fixed multiply by its reciprocal, in a
+    // second version of the loop that runs where that reciprocal is a normal float (loops of
+    // 64 and more: shorter ones gain too little for the second copy).
+    bool long_loop = !pragma.empty() && !range_.count(inner) && (runtime_whole(inner) || p_.storage_extent(inner) >= 64);
+    std::vector<ir::ValueId> divisors = long_loop ? invariant_divisors(g, inner) : std::vector<ir::ValueId>{};
+    bool versioned = !divisors.empty();
+    bool own_inner = split || versioned;  // the innermost loop is opened here, not by open_nest
+    std::vector<int> outer(dom.begin(), dom.end() - (own_inner ? 1 : 0));
     std::map<ir::ValueId, std::string> hoisted;  // read before the innermost loop(s), last of all
     auto declare = [&](size_t level) {
-      if (level + 1 != dom.size() && !(split && level == outer.size())) return;
+      if (level + 1 != dom.size() && !(own_inner && level == outer.size())) return;
       for (const ir::Op* op : scalar_red) {
         const char* type = accumulator_type(op->reduce, k_.value(op->result).dtype);
         line(fmt::format("{} acc{} = {};", type, op->result, identity(op->reduce, k_.value(op->result).dtype)));
@@ -1096,64 +1105,94 @@ class Generator {
         line("}");
       }
       hoisted = hoist_invariants(g, inner);
+      for (ir::ValueId v : divisors) line(fmt::format("const float r{0} = 1.0f / h{0};", v));
     };
-    open_nest(outer, split ? "" : pragma, declare);
-    if (chunked) {
-      const std::string& n = axis(inner);
-      line(fmt::format("const int64_t chunks_{0} = n_{0} - n_{0} % dt::kReduceChunk;", n));
-      line(fmt::format("for (int64_t c_{0} = 0; c_{0} < chunks_{0}; c_{0} += dt::kReduceChunk) {{", n));
-      ++indent_;
-      for (const RowPrefetch& r : prefetches) emit_row_prefetch(r, inner, "c_" + n, fmt::format("c_{} + dt::kReduceChunk", n));
-      scalars_ = hoisted;
-      line("#pragma omp simd");
-      line(fmt::format("for (int64_t i_{0} = c_{0}; i_{0} < c_{0} + dt::kReduceChunk; ++i_{0}) {{", n));
-      ++indent_;
-      emit_body(g, inner, fmt::format("i_{0} - c_{0}", n));
-      --indent_;
-      line("}");
-      --indent_;
-      line("}");
-      scalars_ = hoisted;
-      line(pragma);
-      line(fmt::format("for (int64_t i_{0} = chunks_{0}; i_{0} < n_{0}; ++i_{0}) {{", n));
-      ++indent_;
-      emit_body(g, inner, "");
-      --indent_;
-      line("}");
-      for (const ir::Op* op : scalar_red) {
-        line(fmt::format("#pragma omp simd reduction({}:acc{})", reduce_clause(op->reduce), op->result));
-        line(fmt::format("for (int64_t j = 0; j < dt::kReduceChunk; ++j) {}",
-                         combine(op->reduce, fmt::format("acc{}", op->result), fmt::format("part{}[j]", op->result),
-                                 k_.value(op->result).dtype, true)));
-        if (tracks_nan(*op))
-          line(fmt::format("for (int64_t j = 0; j < dt::kReduceChunk; ++j) nan{0} |= nanpart{0}[j];", op->result));
+    open_nest(outer, own_inner ? "" : pragma, declare);
+    auto emit_inner = [&] {
+      if (chunked) {
+        const std::string& n = axis(inner);
+        line(fmt::format("const int64_t chunks_{0} = n_{0} - n_{0} % dt::kReduceChunk;", n));
+        line(fmt::format("for (int64_t c_{0} = 0; c_{0} < chunks_{0}; c_{0} += dt::kReduceChunk) {{", n));
+        ++indent_;
+        for (const RowPrefetch& r : prefetches) emit_row_prefetch(r, inner, "c_" + n, fmt::format("c_{} + dt::kReduceChunk", n));
+        scalars_ = hoisted;
+        line("#pragma omp simd");
+        line(fmt::format("for (int64_t i_{0} = c_{0}; i_{0} < c_{0} + dt::kReduceChunk; ++i_{0}) {{", n));
+        ++indent_;
+        emit_body(g, inner, fmt::format("i_{0} - c_{0}", n));
+        --indent_;
+        line("}");
+        --indent_;
+        line("}");
+        scalars_ = hoisted;
+        line(pragma);
+        line(fmt::format("for (int64_t i_{0} = chunks_{0}; i_{0} < n_{0}; ++i_{0}) {{", n));
+        ++indent_;
+        emit_body(g, inner, "");
+        --indent_;
+        line("}");
+        for (const ir::Op* op : scalar_red) {
+          line(fmt::format("#pragma omp simd reduction({}:acc{})", reduce_clause(op->reduce), op->result));
+          line(fmt::format("for (int64_t j = 0; j < dt::kReduceChunk; ++j) {}",
+                           combine(op->reduce, fmt::format("acc{}", op->result), fmt::format("part{}[j]", op->result),
+                                   k_.value(op->result).dtype, true)));
+          if (tracks_nan(*op))
+            line(fmt::format("for (int64_t j = 0; j < dt::kReduceChunk; ++j) nan{0} |= nanpart{0}[j];", op->result));
+        }
+      } else if (stream_chunked) {
+        const std::string& n = axis(inner);
+        line(fmt::format("for (int64_t s_{0} = 0; s_{0} < n_{0}; s_{0} += dt::kStreamChunk) {{", n));
+        ++indent_;
+        line(fmt::format("const int64_t e_{0} = s_{0} + dt::kStreamChunk < n_{0} ? s_{0} + dt::kStreamChunk : n_{0};", n));
+        for (const RowPrefetch& r : prefetches) emit_row_prefetch(r, inner, "s_" + n, "e_" + n);
+        line(pragma);
+        line(fmt::format("for (int64_t i_{0} = s_{0}; i_{0} < e_{0}; ++i_{0}) {{", n));
+        ++indent_;
+        stream_piece_ = "s_" + n;
+        scalars_ = hoisted;
+        emit_body(g, inner, "");
+        --indent_;
+        line("}");
+        range_[inner] = {"s_" + n, "e_" + n};
+        for (const StreamedStore* st : streamed) emit_stream_row(*st);
+        range_.erase(inner);
+        stream_piece_.clear();
+        --indent_;
+        line("}");
+      } else if (versioned) {
+        open_nest({inner}, pragma, [](size_t) {});
+        scalars_ = hoisted;
+        emit_body(g, inner, "");
+        close_nest({inner}, [](size_t) {});
+      } else {
+        scalars_ = hoisted;
+        emit_body(g, inner, "");
       }
-    } else if (stream_chunked) {
-      const std::string& n = axis(inner);
-      line(fmt::format("for (int64_t s_{0} = 0; s_{0} < n_{0}; s_{0} += dt::kStreamChunk) {{", n));
+    };
+    if (versioned) {
+      std::vector<std::string> normal, names;
+      for (ir::ValueId v : divisors) {
+        normal.push_back(fmt::format("dt::is_normal(r{})", v));
+        names.push_back(fmt::format("r{}", v));
+      }
+      // x * (1 / h) is within 1.5 ulp of x / h (as PyTorch's CPU softmax normalises) where
+      // 1 / h is a normal float; a vector division costs several multiplies (softmax 7%).
+      line(fmt::format("if ({}) {{  // divide by multiplying with {}", fmt::join(normal, " && "), fmt::join(names, ", ")));
       ++indent_;
-      line(fmt::format("const int64_t e_{0} = s_{0} + dt::kStreamChunk < n_{0} ? s_{0} + dt::kStreamChunk : n_{0};", n));
-      for (const RowPrefetch& r : prefetches) emit_row_prefetch(r, inner, "s_" + n, "e_" + n);
-      line(pragma);
-      line(fmt::format("for (int64_t i_{0} = s_{0}; i_{0} < e_{0}; ++i_{0}) {{", n));
-      ++indent_;
-      stream_piece_ = "s_" + n;
-      scalars_ = hoisted;
-      emit_body(g, inner, "");
+      for (ir::ValueId v : divisors) reciprocal_[v] = fmt::format("r{}", v);
+      emit_inner();
+      reciprocal_.clear();
       --indent_;
-      line("}");
-      range_[inner] = {"s_" + n, "e_" + n};
-      for (const StreamedStore* st : streamed) emit_stream_row(*st);
-      range_.erase(inner);
-      stream_piece_.clear();
+      line(fmt::format("}} else {{  // {} is 0, subnormal, infinite or NaN: divide", fmt::join(names, " or ")));
+      ++indent_;
+      emit_inner();
       --indent_;
       line("}");
     } else {
-      scalars_ = hoisted;
-      emit_body(g, inner, "");
+      emit_inner();
     }
     auto finish = [&](size_t level) {
-      if (level + 1 != dom.size() && !(split && level == outer.size())) return;
+      if (level + 1 != dom.size() && !(own_inner && level == outer.size())) return;
       for (const ir::Op* op : scalar_red) {
         DType t = k_.value(op->result).dtype;
         std::string acc = fmt::format("acc{}", op->result);
@@ -1164,7 +1203,7 @@ class Generator {
       if (!stream_chunked)
         for (const StreamedStore* st : streamed) emit_stream_row(*st);
     };
-    if (split) finish(outer.size());
+    if (own_inner) finish(outer.size());
     close_nest(outer, finish);
     --indent_;
     line("}");
@@ -1200,17 +1239,41 @@ class Generator {
   // slower) or to a tensor ("latch block not empty": softmax_two_pass's output pass, one row
   // per block, 27 ms against 5.7 vectorised).
   std::map<ir::ValueId, std::string> hoist_invariants(const plan::Group& g, int inner) {
+    std::map<ir::ValueId, std::string> out;
+    for (ir::ValueId v : invariant_reads(g, inner)) {
+      out[v] = fmt::format("h{}", v);
+      line(fmt::format("const {} h{} = m{}[{}];", ctype(k_.value(v).dtype), v, storage_value(v), storage_index(v)));
+    }
+    return out;
+  }
+  std::vector<ir::ValueId> invariant_reads(const plan::Group& g, int inner) const {
     std::set<ir::ValueId> written;
     for (int o : g.ops)
       if (k_.ops[size_t(o)].result >= 0) written.insert(storage_value(k_.ops[size_t(o)].result));
-    std::map<ir::ValueId, std::string> out;
+    std::vector<ir::ValueId> out;
     for (int o : g.ops)
       for (ir::ValueId in : k_.ops[size_t(o)].inputs) {
         ir::ValueId v = source(in);
-        if (out.count(v) || !p_.materialized[size_t(v)] || written.count(storage_value(v)) || uses_axis(v, inner)) continue;
-        out[v] = fmt::format("h{}", v);
-        line(fmt::format("const {} h{} = m{}[{}];", ctype(k_.value(v).dtype), v, storage_value(v), storage_index(v)));
+        if (std::find(out.begin(), out.end(), v) != out.end() || !p_.materialized[size_t(v)] ||
+            written.count(storage_value(v)) || uses_axis(v, inner))
+          continue;
+        out.push_back(v);
       }
+    return out;
+  }
+  // The invariant reads (above) that divide float32 values in group g.
+  std::vector<ir::ValueId> invariant_divisors(const plan::Group& g, int inner) const {
+    std::vector<ir::ValueId> reads = invariant_reads(g, inner), out;
+    for (int o : g.ops) {
+      const ir::Op& op = k_.ops[size_t(o)];
+      if (op.kind != OpKind::Binary || op.binary != ir::BinaryFn::Div || fused_.count(o)) continue;
+      ir::ValueId d = source(op.inputs[1]);
+      DType t = ir::operand_dtype(op.binary, promote(k_.value(op.inputs[0]).dtype, k_.value(op.inputs[1]).dtype));
+      if (t == DType::f32 && k_.value(d).dtype == DType::f32 &&
+          std::find(reads.begin(), reads.end(), d) != reads.end() &&
+          std::find(out.begin(), out.end(), d) == out.end())
+        out.push_back(d);
+    }
     return out;
   }
 
@@ -1910,6 +1973,7 @@ class Generator {
   std::set<int> whole_;  // axes spanning their whole extent here (a resident copy)
   std::map<int, std::pair<std::string, std::string>> range_;  // axis -> [lo, hi) of its block loop
   std::string stream_piece_;  // the first element of the piece of a row streaming out, if any
+  std::map<ir::ValueId, std::string> reciprocal_;  // divisors whose reciprocal multiplies instead
 };
 
 }  // namespace

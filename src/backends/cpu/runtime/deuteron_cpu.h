@@ -62,6 +62,11 @@ DT_INLINE uint32_t selu(bool c, uint32_t a, uint32_t b) {
 }  // namespace detail
 
 DT_INLINE float abs(float x) { return __builtin_fabsf(x); }
+// Whether x is a normal float: not 0, subnormal, infinite or NaN.
+DT_INLINE bool is_normal(float x) {
+  uint32_t e = (as_u32(x) >> 23) & 0xffu;
+  return e != 0u && e != 0xffu;
+}
 DT_INLINE float sqrt(float x) { return __builtin_sqrtf(x); }
 // Two correctly rounded operations: within 1.5 ulp; 0 -> inf, inf -> 0, x < 0 -> NaN.
 // (An rsqrt14 estimate would need a Newton step to be as good and is not reachable without
@@ -88,6 +93,11 @@ namespace detail {
 // integer sits in the low mantissa bits, so bits(t) - bits(kShifter) is that integer as an
 // int32 (no float->int conversion, no UB for NaN). Valid for |v| < 2^22.
 inline constexpr float kShifter = 0x1.8p23f;
+// The shifter with the exponent bias added: for t = v + kShifterBiased and -126 <= round(v) <=
+// 127, t's low mantissa bits hold round(v) + 127, so pow2_of_biased(t) = 2^round(v) is one shift
+// (the bits above the exponent field shift out).
+inline constexpr float kShifterBiased = kShifter + 127.0f;
+DT_INLINE float pow2_of_biased(float t) { return as_f32(as_u32(t) << 23); }
 inline constexpr float kLog2e = 1.44269502f;
 // Cody-Waite split of ln 2: kLn2Hi has 16 significant bits, so n * kLn2Hi is exact for
 // |n| < 256 and x - n * kLn2Hi is exact; kLn2Lo = ln 2 - kLn2Hi.
@@ -164,13 +174,12 @@ DT_INLINE float exp_hilo(float hi, float lo, float zero_below) {
 DT_INLINE float exp_nonpositive_flushed(float a) {
   bool zero = a < kActFlushBelow;
   a = sel(zero, 0.0f, a);
-  float t = a * kLog2e + kShifter;
-  float n = t - kShifter;
-  int32_t ni = static_cast<int32_t>(as_u32(t) - as_u32(kShifter));
+  float t = a * kLog2e + kShifterBiased;  // n = round(a / ln2) is in [-124, 0]
+  float n = t - kShifterBiased;
   float r = a - n * kLn2Hi;
   r = r - n * kLn2Lo;
   float q = expm1_poly(r);
-  float s = as_f32(static_cast<uint32_t>(ni + 127) << 23);
+  float s = pow2_of_biased(t);
 #ifdef __FMA__
   // (q + 1) * 2^n as one fma, q * 2^n + 2^n: the same bits (scaling a normal result by a power
   // of two commutes with rounding) for one operation less than an add and a multiply (exp-bound
@@ -275,10 +284,9 @@ DT_INLINE float exp2_nonpositive(float x) {
   using namespace detail;
   bool zero = x < -124.0f;
   x = sel(zero, 0.0f, x);
-  float t = x + kShifter;
-  float n = t - kShifter;
-  int32_t ni = static_cast<int32_t>(as_u32(t) - as_u32(kShifter));
-  return sel(zero, 0.0f, exp2_poly(x - n) * as_f32(static_cast<uint32_t>(ni + 127) << 23));
+  float t = x + kShifterBiased;  // n = round(x) is in [-124, 0]
+  float n = t - kShifterBiased;
+  return sel(zero, 0.0f, exp2_poly(x - n) * pow2_of_biased(t));
 }
 
 // log(x): x = 2^k * m with m in [sqrt(1/2), sqrt(2)) by integer exponent arithmetic (as in
