@@ -385,8 +385,9 @@ DT_INLINE float erf(float x) {
 // sign: 0.5 x e for x <= 0, x (1 - 0.5 e) for x > 0. z^2 = x^2 / 2 is formed exactly from x
 // (split12), so the negative tail keeps relative accuracy. One erfc evaluation, no erf on
 // (-1, 1) beside it and no selects between the two: 1.36x faster than that form on a Zen 4
-// (1.27x with AVX2), within 6.4 ulp where it had 6.2. Results below x = -12.9 (< 1e-36) are flushed to -0, and
-// gelu_erf(-inf) is that limit (|x| is clamped, so 0.5 |x| e never meets inf * 0).
+// (1.27x with AVX2), within 6.4 ulp where it had 6.2. Results below x = -12.9 (< 1e-36) are
+// flushed to -0, and gelu_erf(-inf) is that limit (|x| is clamped, so 0.5 |x| e never meets
+// inf * 0).
 DT_INLINE float gelu_erf(float x) {
   using namespace detail;
   float xa = __builtin_fabsf(x);
