@@ -138,6 +138,10 @@ __attribute__((noinline)) void micro(int64_t K, const float* __restrict a, int64
     a_rs = 1;
     a_cs = MR;
   }
+  // A tile of fewer than 8 vectors (AVX2's 2-row edge: 4) is too few chains of FMAs to cover
+  // their latency: odd steps of K then add into a second set of sums, added in at the end.
+  constexpr bool kSplitK = R * kNV < 8;
+  vec odd[kSplitK ? R : 1][kNV] = {};
   // Steps of K in groups of 16 (a cache line of each A row in place); at each group, prefetch an
   // A read in place 64 steps ahead (packed panels and B stream in order: the hardware prefetches).
   for (int64_t k16 = 0; k16 < K; k16 += 16) {
@@ -146,8 +150,7 @@ __attribute__((noinline)) void micro(int64_t K, const float* __restrict a, int64
       for (int i = 0; i < R; ++i) __builtin_prefetch(a + i * a_rs + (k16 + 64) * a_cs);
     }
     const int64_t kend = k16 + 16 < K ? k16 + 16 : K;
-#pragma GCC unroll 4
-    for (int64_t k = k16; k < kend; ++k) {
+    auto step = [&](vec(&sum)[R][kNV], int64_t k) __attribute__((always_inline)) {
       vec bv[kNV];
 #pragma GCC unroll 4
       for (int j = 0; j < kNV; ++j) bv[j] = loadu(b + k * b_rs + j * kVec);
@@ -155,10 +158,27 @@ __attribute__((noinline)) void micro(int64_t K, const float* __restrict a, int64
       for (int i = 0; i < R; ++i) {
         vec av = splat(a[i * a_rs + k * a_cs]);
 #pragma GCC unroll 4
-        for (int j = 0; j < kNV; ++j) acc[i][j] += av * bv[j];
+        for (int j = 0; j < kNV; ++j) sum[i][j] += av * bv[j];
       }
+    };
+    if constexpr (kSplitK) {
+      int64_t k = k16;
+#pragma GCC unroll 2
+      for (; k + 1 < kend; k += 2) {
+        step(acc, k);
+        step(odd, k + 1);
+      }
+      if (k < kend) step(acc, k);
+    } else {
+#pragma GCC unroll 4
+      for (int64_t k = k16; k < kend; ++k) step(acc, k);
     }
   }
+  if constexpr (kSplitK)
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+      for (int j = 0; j < kNV; ++j) acc[i][j] += odd[i][j];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
