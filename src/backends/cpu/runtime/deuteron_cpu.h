@@ -152,37 +152,21 @@ DT_INLINE float exp_impl(float x, float zero_below) {
   return sel(zero, 0.0f, scale_pow2(exp_poly(r), ni));
 }
 
-// e^(hi + lo) for hi + lo <= 0, where hi carries the bulk and lo is a small correction: lo is
-// added after the exact Cody-Waite reduction, so it keeps its relative accuracy (used by erfc,
-// whose argument -z^2 must not be rounded). 0 below -85, so that erfc's t * e^.. stays normal.
-DT_INLINE float exp_hilo_nonpositive_flushed(float hi, float lo) {
-  bool zero = hi + lo < kActFlushBelow + 1.0f;
+// e^(hi + lo) for hi + lo <= 0 (or NaN), 0 below flush_below (>= -86, so that n >= -125 and
+// 2^n is one normal factor; no clamp above is needed). With LO, lo is a small correction added
+// after the exact Cody-Waite reduction, so it keeps its relative accuracy (erfc's argument
+// -z^2 must not be rounded); without it, lo is not read.
+template <bool LO>
+DT_INLINE float exp_nonpositive_below(float hi, float lo, float flush_below) {
+  float a = LO ? hi + lo : hi;
+  bool zero = a < flush_below;
   hi = sel(zero, 0.0f, hi);
-  lo = sel(zero, 0.0f, lo);
-  float t = (hi + lo) * kLog2e + kShifterBiased;  // n = round((hi + lo) / ln2) is in [-123, 0]
+  if constexpr (LO) lo = sel(zero, 0.0f, lo);
+  float t = (LO ? hi + lo : hi) * kLog2e + kShifterBiased;  // n = round(a / ln2) is in [-124, 0]
   float n = t - kShifterBiased;
   float r = hi - n * kLn2Hi;
   r = r - n * kLn2Lo;
-  r = r + lo;
-  float q = expm1_poly(r);
-  float s = pow2_of_biased(t);
-#ifdef __FMA__
-  return sel(zero, 0.0f, __builtin_fmaf(q, s, s));  // see exp_nonpositive_flushed
-#else
-  return sel(zero, 0.0f, (q + 1.0f) * s);
-#endif
-}
-
-// e^a for a <= 0 (or NaN), 0 below kActFlushBelow: exp_impl's result wherever it is not
-// flushed, with less work (the activations' hot path). Then n >= -125, so 2^n is one normal
-// factor, and a <= 0 needs no clamp above.
-DT_INLINE float exp_nonpositive_flushed(float a) {
-  bool zero = a < kActFlushBelow;
-  a = sel(zero, 0.0f, a);
-  float t = a * kLog2e + kShifterBiased;  // n = round(a / ln2) is in [-124, 0]
-  float n = t - kShifterBiased;
-  float r = a - n * kLn2Hi;
-  r = r - n * kLn2Lo;
+  if constexpr (LO) r = r + lo;
   float q = expm1_poly(r);
   float s = pow2_of_biased(t);
 #ifdef __FMA__
@@ -193,6 +177,15 @@ DT_INLINE float exp_nonpositive_flushed(float a) {
 #else
   return sel(zero, 0.0f, (q + 1.0f) * s);
 #endif
+}
+
+// e^a for a <= 0 (or NaN), 0 below kActFlushBelow: exp_impl's result wherever it is not
+// flushed, with less work (the activations' hot path).
+DT_INLINE float exp_nonpositive_flushed(float a) { return exp_nonpositive_below<false>(a, 0.0f, kActFlushBelow); }
+
+// e^(hi + lo) for erfc: 0 below -85, so that erfc's t * e^.. stays normal.
+DT_INLINE float exp_hilo_nonpositive_flushed(float hi, float lo) {
+  return exp_nonpositive_below<true>(hi, lo, kActFlushBelow + 1.0f);
 }
 
 // e = e^-|x| and s = 1 / (1 + e): sigmoid(x) is s for x >= 0 and e * s for x < 0. e never
