@@ -1081,7 +1081,8 @@ class Generator {
     // second version of the loop that runs where that reciprocal is a normal float (loops of
     // 64 and more: shorter ones gain too little for the second copy).
     bool long_loop = !pragma.empty() && !range_.count(inner) && (runtime_whole(inner) || p_.storage_extent(inner) >= 64);
-    std::vector<ir::ValueId> divisors = long_loop ? invariant_divisors(g, inner) : std::vector<ir::ValueId>{};
+    const std::vector<ir::ValueId> reads = invariant_reads(g, inner);
+    std::vector<ir::ValueId> divisors = long_loop ? invariant_divisors(g, reads) : std::vector<ir::ValueId>{};
     bool versioned = !divisors.empty();
     bool own_inner = split || versioned;  // the innermost loop is opened here, not by open_nest
     std::vector<int> outer(dom.begin(), dom.end() - (own_inner ? 1 : 0));
@@ -1104,7 +1105,7 @@ class Generator {
         }
         line("}");
       }
-      hoisted = hoist_invariants(g, inner);
+      hoisted = hoist_invariants(reads);
       for (ir::ValueId v : divisors) line(fmt::format("const float r{0} = 1.0f / h{0};", v));
     };
     open_nest(outer, own_inner ? "" : pragma, declare);
@@ -1233,19 +1234,20 @@ class Generator {
     origin_.erase(fast);
   }
 
-  // Reads, before a group's innermost loop, the fast-memory values it takes that stay the same
-  // along `inner` (a row's max), into named scalars. GCC leaves the loop scalar when such a
-  // load sits beside the group's stores to fast memory (softmax with one row per block ran 9x
-  // slower) or to a tensor ("latch block not empty": softmax_two_pass's output pass, one row
+  // Reads `reads` (invariant_reads) into named scalars before a group's innermost loop. GCC
+  // leaves the loop scalar when such a load sits beside the group's stores to fast memory
+  // (softmax with one row per block ran 9x slower) or to a tensor ("latch block not empty": softmax_two_pass's output pass, one row
   // per block, 27 ms against 5.7 vectorised).
-  std::map<ir::ValueId, std::string> hoist_invariants(const plan::Group& g, int inner) {
+  std::map<ir::ValueId, std::string> hoist_invariants(const std::vector<ir::ValueId>& reads) {
     std::map<ir::ValueId, std::string> out;
-    for (ir::ValueId v : invariant_reads(g, inner)) {
+    for (ir::ValueId v : reads) {
       out[v] = fmt::format("h{}", v);
       line(fmt::format("const {} h{} = m{}[{}];", ctype(k_.value(v).dtype), v, storage_value(v), storage_index(v)));
     }
     return out;
   }
+  // The fast-memory values group g takes that stay the same along `inner` (a row's max) and
+  // that it does not write.
   std::vector<ir::ValueId> invariant_reads(const plan::Group& g, int inner) const {
     std::set<ir::ValueId> written;
     for (int o : g.ops)
@@ -1261,9 +1263,9 @@ class Generator {
       }
     return out;
   }
-  // The invariant reads (above) that divide float32 values in group g.
-  std::vector<ir::ValueId> invariant_divisors(const plan::Group& g, int inner) const {
-    std::vector<ir::ValueId> reads = invariant_reads(g, inner), out;
+  // The invariant reads of group g (above) that divide float32 values in it.
+  std::vector<ir::ValueId> invariant_divisors(const plan::Group& g, const std::vector<ir::ValueId>& reads) const {
+    std::vector<ir::ValueId> out;
     for (int o : g.ops) {
       const ir::Op& op = k_.ops[size_t(o)];
       if (op.kind != OpKind::Binary || op.binary != ir::BinaryFn::Div || fused_.count(o)) continue;
