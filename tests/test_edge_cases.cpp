@@ -261,6 +261,50 @@ TEST(EdgeCases, DivisionByARowsSumIsIeeesForEverySum) {
   }
 }
 
+// A pass that computes what an earlier pass over the row computed reads the values that pass
+// kept (cpu: KeptValue) only where the row values both take have the same bits. Here the sum's
+// pass takes exp(x - lo) and the output's exp(x - hi), with hi = lo where lo >= 0 and 0 where
+// lo < 0: rows with a negative shift must compute their exponentials again. Rows of 67 (ragged)
+// and of 1, one and four rows per block.
+TEST(EdgeCases, AKeptValueIsReadOnlyWhereItsRowValuesMatch) {
+  static const auto shifted = deuteron::kernel("shifted_exps", [](hl::Tensor x, hl::Tensor shift) {
+    auto out = hl::empty_like(x);
+    for (auto tm : hl::tile(x.size(0))) {
+      auto lo = shift[{tm}] * 2.0f;
+      auto hi = hl::where(lo < 0.0f, 0.0f, lo);
+      auto sum = hl::zeros({tm});
+      for (auto tn : hl::tile(x.size(1))) sum = sum + hl::exp(x[{tm, tn}] - lo.unsqueeze(1)).sum(1);
+      for (auto tn : hl::tile(x.size(1)))
+        out[{tm, tn}] = hl::exp(x[{tm, tn}] - hi.unsqueeze(1)) + sum.unsqueeze(1);
+    }
+    return out;
+  });
+  for (int64_t n : {67, 1}) {
+    const int64_t m = 6;
+    std::vector<double> xs, shifts;
+    for (int64_t i = 0; i < m * n; ++i) xs.push_back(double((i * 37) % 23) / 8.0 - 1.0);
+    for (int64_t r = 0; r < m; ++r) shifts.push_back(r % 2 ? -0.75 - 0.25 * double(r) : 0.5 * double(r));
+    std::vector<Arg> args = {tensor_of(xs, {m, n}), tensor_of(shifts, {m})};
+    auto s = driver::specialize(shifted, frontend::describe_args(shifted, args), "cpu");
+    for (int64_t rows : {1, 4}) {
+      config::Config c = fit(s, {{"block_t0", rows}});
+      std::string at = fmt::format("[{}, {}] in blocks of {} rows", m, n, rows);
+      ASSERT_NE(s.backend->emit(driver::lower(s, c)).find("dt::same_bits("), std::string::npos)
+          << at << ": the output pass does not read kept values: this test would not cover them";
+      Tensor got = api::run(shifted, args, "cpu", c).outputs[0];
+      for (int64_t r = 0; r < m; ++r) {
+        double lo = float(shifts[size_t(r)] * 2.0), hi = lo < 0 ? 0.0 : lo, sum = 0;
+        for (int64_t j = 0; j < n; ++j) sum += std::exp(xs[size_t(r * n + j)] - lo);
+        for (int64_t j = 0; j < n; ++j) {
+          double want = std::exp(xs[size_t(r * n + j)] - hi) + sum;
+          EXPECT_NEAR(got.get(r * n + j), want, 4e-6 * want)
+              << at << ", row " << r << " (shift " << lo << "), column " << j;
+        }
+      }
+    }
+  }
+}
+
 TEST(EdgeCases, AmaxAndAminPropagateNaN) { check_extremes("cpu"); }
 
 TEST(EdgeCases, AmaxAndAminPropagateNaNOnPallas) {

@@ -233,13 +233,24 @@ TEST(GeneratedCode, ChunkedReductionHoistsRowInvariants) {
 // (one row per block) reads the row's max and sum before its simd loop, not in it, which GCC
 // left scalar beside the store to the output ("latch block not empty": 27 ms against 5.7).
 // Its division by the sum multiplies by the sum's reciprocal where that is a normal float, in
-// a first copy of the loop, and divides in a second.
+// a first copy of the loop, and divides in a second. (Both copies come twice: the first pair
+// reads the exponentials the sum's pass kept, the second computes them; see below.)
 TEST(GeneratedCode, PlainPassHoistsRowInvariants) {
   std::string src = emit_one_row_blocks("softmax_two_pass");
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(src, m, std::regex(R"(const float (h\d+) = m\d+\[i_rows\];\n\s*const float (h\d+) = m\d+\[i_rows\];\n\s*const float (r\d+) = 1.0f / \2;\n\s*if \(dt::is_normal\(\3\)\) \{.*\n#pragma omp simd\n\s*for \(int64_t i_n_out = 0;)")))
+  ASSERT_TRUE(std::regex_search(
+      src, m,
+      std::regex(
+          R"(const float (h\d+) = m\d+\[i_rows\];\n\s*const float (h\d+) = m\d+\[i_rows\];\n\s*const float (r\d+) = 1.0f / \2;\n)")))
       << src;
-  size_t at = size_t(m.position(0));
+  size_t again = src.find("} else {  // the pass over n took other row values", size_t(m.position(0)));
+  ASSERT_NE(again, std::string::npos) << src;
+  size_t at = src.find("if (dt::is_normal(" + m[3].str() + ")) {", again);
+  ASSERT_NE(at, std::string::npos) << src;
+  ASSERT_TRUE(std::regex_search(
+      src.substr(at),
+      std::regex(R"(^if \(dt::is_normal\(r\d+\)\) \{.*\n#pragma omp simd\n\s*for \(int64_t i_n_out = 0;)")))
+      << src.substr(at);
   std::string loop = src.substr(at, src.find("out0[", at) - at);
   EXPECT_NE(loop.find("- " + m[1].str() + ")"), std::string::npos) << loop;  // x - max
   EXPECT_NE(loop.find("* " + m[3].str() + ")"), std::string::npos) << loop;  // e * (1 / sum)
@@ -248,6 +259,46 @@ TEST(GeneratedCode, PlainPassHoistsRowInvariants) {
   ASSERT_NE(other, std::string::npos) << src;
   std::string divided = src.substr(other, src.find("out0[", other) - other);
   EXPECT_NE(divided.find("/ " + m[2].str() + ")"), std::string::npos) << divided;  // e / sum
+}
+
+// softmax_two_pass's sum pass computes exp(x - max) along the row, and its output pass the
+// same again. Where each pass covers the row in one trip, the sum's pass keeps the values in
+// fast memory and the output pass reads them, if the max it subtracts has the bits of the one
+// the sum's pass subtracted (that pass turns a max of -inf into 0); else it computes them.
+// Where the sum's loop takes more than one trip, its values are of other maxes: nothing is kept.
+TEST(GeneratedCode, OutputPassReadsTheSumPassExponentials) {
+  std::string src = emit_one_row_blocks("softmax_two_pass");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      src, m,
+      std::regex(
+          R"(const float (v\d+) = dt::exp_nonpositive\(v\d+\);\n\s*(m\d+)\[i_rows \* 1024 \+ i_n\] = \1;)")))
+      << src;
+  const std::string kept = m[2].str();
+  std::smatch key;
+  ASSERT_TRUE(std::regex_search(
+      src, key,
+      std::regex(
+          R"(if \(dt::same_bits\((h\d+), (m\d+)\[i_rows\]\)\) \{  // softmax\.cpp:\d+ \(v\d+\): as the pass over n computed and kept it\n)")))
+      << src;
+  size_t at = size_t(key.position(0)),
+         other = src.find("} else {  // the pass over n took other row values", at);
+  ASSERT_NE(other, std::string::npos) << src;
+  std::string reading = src.substr(at, other - at);
+  EXPECT_NE(reading.find("(" + kept + "[i_rows * 1024 + i_n_out] * r"), std::string::npos) << reading;
+  EXPECT_NE(reading.find("(" + kept + "[i_rows * 1024 + i_n_out] / h"), std::string::npos) << reading;
+  EXPECT_EQ(reading.find("exp"), std::string::npos) << reading;
+  EXPECT_EQ(reading.find("x["), std::string::npos) << reading;
+  EXPECT_NE(src.substr(other).find("dt::exp_nonpositive("), std::string::npos) << src.substr(other);
+
+  driver::Specialized s = specialize_at("softmax_two_pass", {130, 1000});
+  config::Config c = s.space.default_config();
+  c.set("block_rows", 1);
+  c.set("block_n", 256);  // four trips of the sum's loop
+  std::string looped = s.backend->emit(driver::lower(s, c));
+  ASSERT_NE(looped.find("constexpr int64_t B_n = 256;"), std::string::npos) << looped;
+  EXPECT_EQ(looped.find("same_bits"), std::string::npos) << looped;
+  EXPECT_EQ(looped.find("kept"), std::string::npos) << looped;
 }
 
 // Two threads of a kernel with matrix products each settle on a CPU of their own before every

@@ -623,9 +623,10 @@ class Generator {
       for (int d : val.dims)
         if (d != ir::kOne) dims.push_back(storage_count(v, d).text());
       const plan::BlockSpec* spec = staged_spec(v);
-      std::string what = !spec ? "" : spec->placement == plan::Placement::Resident
-                                          ? ", resident operand"
-                                          : fmt::format(", staged operand, {} blocks ahead", spec->buffers - 1);
+      std::string what = !spec ? kept_note(v)
+                         : spec->placement == plan::Placement::Resident
+                             ? ", resident operand"
+                             : fmt::format(", staged operand, {} blocks ahead", spec->buffers - 1);
       // Booleans are kept as bytes: GCC does not vectorise loads of `bool` (no vector type).
       const char* elem = val.dtype == DType::boolean ? "uint8_t" : ctype(val.dtype);
       line(fmt::format("{}* const m{} = reinterpret_cast<{}*>({});  // {} [{}]{}", elem, v, elem,
@@ -635,6 +636,13 @@ class Generator {
       if (s.reuse && s.placement != plan::Placement::InPlace)
         line(fmt::format("int64_t tag{} = -1;  // grid block whose {} is in m{} (-1: none yet)", s.op,
                          shown(k_.tensors[size_t(s.tensor)].name), k_.ops[size_t(s.op)].result));
+  }
+
+  // ", kept for the pass over n_out" for a value an earlier pass keeps (KeptValue).
+  std::string kept_note(ir::ValueId v) const {
+    for (const KeptValue& kv : p_.kept)
+      if (kv.kept == v && !rt_) return fmt::format(", kept for the pass over {}", axis(kv.again_axis));
+    return "";
   }
 
   // The staging spec of a Load result, if it is staged or resident.
@@ -1170,27 +1178,69 @@ class Generator {
         emit_body(g, inner, "");
       }
     };
-    if (versioned) {
-      std::vector<std::string> normal, names;
-      for (ir::ValueId v : divisors) {
-        normal.push_back(fmt::format("dt::is_normal(r{})", v));
-        names.push_back(fmt::format("r{}", v));
+    auto emit_versions = [&] {
+      if (versioned) {
+        std::vector<std::string> normal, names;
+        for (ir::ValueId v : divisors) {
+          normal.push_back(fmt::format("dt::is_normal(r{})", v));
+          names.push_back(fmt::format("r{}", v));
+        }
+        // x * (1 / h) is within 1.5 ulp of x / h (as PyTorch's CPU softmax normalises) where
+        // 1 / h is a normal float; a vector division costs several multiplies (softmax 7%).
+        line(fmt::format("if ({}) {{  // divide by multiplying with {}", fmt::join(normal, " && "),
+                         fmt::join(names, ", ")));
+        ++indent_;
+        for (ir::ValueId v : divisors) reciprocal_[v] = fmt::format("r{}", v);
+        emit_inner();
+        reciprocal_.clear();
+        --indent_;
+        line(fmt::format("}} else {{  // {} is 0, subnormal, infinite or NaN: divide",
+                         fmt::join(names, " or ")));
+        ++indent_;
+        emit_inner();
+        --indent_;
+        line("}");
+      } else {
+        emit_inner();
       }
-      // x * (1 / h) is within 1.5 ulp of x / h (as PyTorch's CPU softmax normalises) where
-      // 1 / h is a normal float; a vector division costs several multiplies (softmax 7%).
-      line(fmt::format("if ({}) {{  // divide by multiplying with {}", fmt::join(normal, " && "), fmt::join(names, ", ")));
+    };
+    // Values an earlier pass kept (KeptValue): read where its keys match, else computed again.
+    // (A general variant's loops may take several trips: there every value is computed.)
+    std::vector<KeptValue> kept = rt_ ? std::vector<KeptValue>{} : p_.kept_in(g);
+    if (!kept.empty()) {
+      scalars_ = hoisted;
+      std::vector<std::string> same, what;
+      for (const KeptValue& kv : kept) {
+        for (auto [a, b] : kv.keys) same.push_back(fmt::format("dt::same_bits({}, {})", value(b), value(a)));
+        what.push_back(fmt::format("{} (v{})", at(k_.def(kv.again)->loc), kv.again));
+      }
+      const std::string& earlier = axis(kept.front().kept_axis);
+      if (!same.empty())
+        line(fmt::format("if ({}) {{  // {}: as the pass over {} computed and kept {}",
+                         fmt::join(same, " && "), fmt::join(what, ", "), earlier,
+                         kept.size() == 1 ? "it" : "them"));
       ++indent_;
-      for (ir::ValueId v : divisors) reciprocal_[v] = fmt::format("r{}", v);
-      emit_inner();
-      reciprocal_.clear();
+      for (const KeptValue& kv : kept) {
+        ivar_[kv.kept_axis] = ivar(kv.again_axis);
+        hoisted[kv.again] = fmt::format("m{}[{}]", storage_value(kv.kept), storage_index(kv.kept));
+        ivar_.erase(kv.kept_axis);
+      }
+      skip_ = ops_only_for(g, kept);
+      emit_versions();
+      skip_.clear();
+      for (const KeptValue& kv : kept) hoisted.erase(kv.again);
       --indent_;
-      line(fmt::format("}} else {{  // {} is 0, subnormal, infinite or NaN: divide", fmt::join(names, " or ")));
-      ++indent_;
-      emit_inner();
-      --indent_;
-      line("}");
+      if (!same.empty()) {
+        line(fmt::format(
+            "}} else {{  // the pass over {} took other row values (a max it guarded): compute again",
+            earlier));
+        ++indent_;
+        emit_versions();
+        --indent_;
+        line("}");
+      }
     } else {
-      emit_inner();
+      emit_versions();
     }
     auto finish = [&](size_t level) {
       if (level + 1 != dom.size() && !(own_inner && level == outer.size())) return;
@@ -1279,12 +1329,40 @@ class Generator {
     return out;
   }
 
+  // The ops of group g that only compute values it reads from the passes that kept them
+  // (KeptValue): nothing else in g, no store and no later group needs their results.
+  std::set<int> ops_only_for(const plan::Group& g, const std::vector<KeptValue>& kept) const {
+    std::set<ir::ValueId> read, needed;
+    for (const KeptValue& kv : kept) read.insert(kv.again);
+    std::set<int> out;
+    for (auto o = g.ops.rbegin(); o != g.ops.rend(); ++o) {
+      const ir::Op& op = k_.ops[size_t(*o)];
+      bool root = op.result < 0 || op.kind == OpKind::Reduce || p_.materialized[size_t(op.result)];
+      if (!root && !needed.count(op.result)) {
+        out.insert(*o);
+        continue;
+      }
+      if (read.count(op.result)) continue;  // read, not computed: its inputs are not needed for it
+      std::function<void(ir::ValueId)> need = [&](ir::ValueId v) {
+        v = source(v);
+        if (!needed.insert(v).second || p_.materialized[size_t(v)]) return;
+        int def = k_.value(v).def_op;
+        if (def >= 0 &&
+            std::find(g.ops.begin(), g.ops.end(), def) == g.ops.end())  // computed inline where used
+          for (ir::ValueId in : k_.ops[size_t(def)].inputs) need(in);
+      };
+      for (ir::ValueId in : op.inputs) need(in);
+    }
+    return out;
+  }
+
   // The statements of group g's innermost loop body; reductions along `inner` fold into their
   // scalar accumulator, or with `part` (a lane index) into that lane of their chunk.
   void emit_body(const plan::Group& g, int inner, const std::string& part) {
     for (int o : g.ops) {
       const ir::Op& op = k_.ops[size_t(o)];
       if (fused_.count(o)) continue;  // stored by the op it follows (emit_simd_cumsum)
+      if (skip_.count(o)) continue;   // only needed for a value read from an earlier pass
       if (op.kind == OpKind::Store) {
         const ir::HostTensor& t = k_.tensors[size_t(op.tensor)];
         std::string e = stored(value(op.inputs.back()), k_.value(op.inputs.back()).dtype, t.dtype);
@@ -1319,7 +1397,8 @@ class Generator {
                        k_.value(op.result).dtype, false));
         }
       } else {
-        std::string s = compute(op);
+        auto read = scalars_.find(op.result);  // a value an earlier pass kept (KeptValue)
+        std::string s = read != scalars_.end() ? read->second : compute(op);
         if (p_.materialized[size_t(op.result)])
           line(fmt::format("m{}[{}] = {};", storage_value(op.result), storage_index(op.result), s));
       }
@@ -1971,6 +2050,7 @@ class Generator {
   std::map<int, std::string> origin_;  // grid axis -> what replaces its block origin o_<axis> (a sum)
   std::map<int, int> fused_store_;  // scan op -> the store op it makes (fuse_scan_stores)
   std::set<int> fused_;  // those store ops: their groups skip them
+  std::set<int> skip_;   // ops of the group being emitted that ops_only_for found
   std::set<ir::ValueId> unstored_;  // the scans' results they store: not kept in fast memory
   std::set<int> whole_;  // axes spanning their whole extent here (a resident copy)
   std::map<int, std::pair<std::string, std::string>> range_;  // axis -> [lo, hi) of its block loop

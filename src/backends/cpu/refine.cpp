@@ -44,6 +44,14 @@ std::vector<RowPrefetch> CpuPlan::prefetches_of(const plan::Group& g) const {
   return out;
 }
 
+std::vector<KeptValue> CpuPlan::kept_in(const plan::Group& g) const {
+  std::vector<KeptValue> out;
+  for (const KeptValue& kv : kept)
+    for (int o : g.ops)
+      if (kernel.op(o).result == kv.again) out.push_back(kv);
+  return out;
+}
+
 std::vector<int> streamable_stores(const ir::Kernel& k) {
   std::vector<int> loop_of = ir::loop_of_ops(k);  // -1: dead
   std::vector<int> accesses(k.tensors.size(), 0);
@@ -100,6 +108,7 @@ class Refiner {
     if (c.has(kStores) && c.text(kStores) == kStoresStream) streamed_stores();
     row_prefetches();
     hoist_invariant_groups();
+    keep_recomputed_values();
     for (const plan::Dot& d : p_.dots) p_.gemms.push_back(gemm(d));
     for (Gemm& g : p_.gemms) {
       // A bf16 tensor read packed, or a computed bf16 value (attention's p.to(v.dtype())), whose
@@ -328,6 +337,147 @@ class Refiner {
     }
   }
 
+  // Whether inner loop l runs its one axis in one trip: from 0 to the extent, in one block.
+  bool one_trip(int l) const {
+    const ir::Loop& loop = k().loop(l);
+    if (loop.grid || loop.axes.size() != 1) return false;
+    int a = loop.axes[0];
+    int64_t extent = k().axis(a).extent;
+    return loop.begin[0].value < 0 && loop.begin[0].constant == 0 && loop.end[0].value < 0 &&
+           loop.end[0].constant == extent && p_.block[size_t(a)] >= extent;
+  }
+
+  // What same_computation found: the row values that must match, the ops matched, and whether
+  // one is worth keeping (a transcendental function: a load or an add is as cheap to redo as to read).
+  struct Match {
+    std::vector<std::pair<ir::ValueId, ir::ValueId>> keys;
+    int ops = 0;
+    bool costly = false;
+  };
+  static bool costly(ir::UnaryFn f) {
+    using U = ir::UnaryFn;
+    for (U c : {U::Exp, U::Exp2, U::Log, U::Tanh, U::Sigmoid, U::Silu, U::GeluTanh, U::GeluErf, U::Erf,
+                U::Sin, U::Cos, U::Log1p, U::Expm1})
+      if (f == c) return true;
+    return false;
+  }
+
+  // Whether value a, computed by a pass along row axis a1, and value b, by a later pass along a2,
+  // are the same computation: the same ops on the same elements of tensors the kernel never
+  // writes, with a1 renamed a2, down to row values both read from fast memory (the keys). A key
+  // of the earlier pass is one its own op wrote (no loop's carried value, no staged copy), so it
+  // still holds what that pass read.
+  bool same_computation(ir::ValueId a, ir::ValueId b, int a1, int a2, const std::set<int>& written,
+                        Match& m) const {
+    a = ir::strip_views(k(), a);
+    b = ir::strip_views(k(), b);
+    const ir::Value& va = k().value(a);
+    const ir::Value& vb = k().value(b);
+    std::vector<int> dims = va.dims;
+    std::replace(dims.begin(), dims.end(), a1, a2);
+    if (va.dtype != vb.dtype || dims != vb.dims) return false;
+    if (a == b) return true;  // one value defined before both passes
+    bool read_a = p_.materialized[size_t(a)] || va.def_op < 0,
+         read_b = p_.materialized[size_t(b)] || vb.def_op < 0;
+    if (read_a || read_b) {
+      if (!read_a || !read_b || va.def_op < 0 || std::count(va.dims.begin(), va.dims.end(), a1)) return false;
+      ir::OpKind kind = k().op(va.def_op).kind;
+      if (kind == ir::OpKind::Load || kind == ir::OpKind::Dot || kind == ir::OpKind::Scan) return false;
+      m.keys.emplace_back(a, b);
+      return true;
+    }
+    const ir::Op& x = k().op(va.def_op);
+    const ir::Op& y = k().op(vb.def_op);
+    if (x.kind != y.kind || x.inputs.size() != y.inputs.size()) return false;
+    switch (x.kind) {
+      case ir::OpKind::Load:
+        if (x.tensor != y.tensor || written.count(x.tensor) || x.index.size() != y.index.size()) return false;
+        for (size_t i = 0; i < x.index.size(); ++i) {
+          const ir::Index &ex = x.index[i], &ey = y.index[i];
+          bool axes = ex.kind == ir::Index::Kind::Axis && ey.kind == ir::Index::Kind::Axis &&
+                      (ex.axis == a1 ? a2 : ex.axis) == ey.axis && ex.offset == ey.offset;
+          bool constants = ex.kind == ir::Index::Kind::Scalar && ey.kind == ir::Index::Kind::Scalar &&
+                           ex.value < 0 && ey.value < 0 && ex.constant == ey.constant;
+          if (!axes && !constants) return false;
+        }
+        break;
+      case ir::OpKind::Unary:
+        // exp of a non-positive argument takes a cheaper form: both must take the same one.
+        if (x.unary != y.unary || ir::nonpositive(k(), x.inputs[0]) != ir::nonpositive(k(), y.inputs[0]))
+          return false;
+        m.costly = m.costly || costly(x.unary);
+        break;
+      case ir::OpKind::Binary:
+        if (x.binary != y.binary) return false;
+        break;
+      case ir::OpKind::Full:
+        if (x.axis >= 0 || y.axis >= 0 || !(x.number == y.number)) return false;
+        break;
+      case ir::OpKind::Cast:
+      case ir::OpKind::Where: break;
+      default: return false;
+    }
+    ++m.ops;
+    for (size_t i = 0; i < x.inputs.size(); ++i)
+      if (!same_computation(x.inputs[i], y.inputs[i], a1, a2, written, m)) return false;
+    return true;
+  }
+
+  // See KeptValue: passes in sibling inner loops of one trip each, over rows of the same
+  // length. In each later pass, the largest values first.
+  void keep_recomputed_values() {
+    std::set<int> written;
+    for (const ir::Op& op : k().ops)
+      if (op.kind == ir::OpKind::Store) written.insert(op.tensor);
+    auto computes = [&](const ir::Op& op) { return op.result >= 0 && op.kind != ir::OpKind::Reduce; };
+    for (const std::vector<plan::Item>& body : p_.bodies)
+      for (size_t i = 0; i < body.size(); ++i) {
+        if (!body[i].is_loop || !one_trip(body[i].loop)) continue;
+        int a1 = k().loop(body[i].loop).axes[0];
+        for (size_t j = i + 1; j < body.size(); ++j) {
+          if (!body[j].is_loop || !one_trip(body[j].loop)) continue;
+          int a2 = k().loop(body[j].loop).axes[0];
+          if (k().axis(a1).extent != k().axis(a2).extent) continue;
+          for (const plan::Item& later : p_.bodies[size_t(body[j].loop)]) {
+            const plan::Group& g2 = later.group;
+            if (later.is_loop || g2.domain.empty() || g2.domain.back() != a2) continue;
+            std::set<int> covered;  // ops of values already taken from an earlier pass
+            for (auto o2 = g2.ops.rbegin(); o2 != g2.ops.rend(); ++o2) {
+              const ir::Op& y = k().op(*o2);
+              if (!computes(y) || covered.count(*o2)) continue;
+              for (const plan::Item& earlier : p_.bodies[size_t(body[i].loop)]) {
+                const plan::Group& g1 = earlier.group;
+                std::vector<int> domain = g1.domain;
+                std::replace(domain.begin(), domain.end(), a1, a2);
+                if (earlier.is_loop || g1.domain.empty() || g1.domain.back() != a1 || domain != g2.domain)
+                  continue;
+                const ir::Op* kept = nullptr;
+                Match m;
+                for (int o1 : g1.ops) {
+                  const ir::Op& x = k().op(o1);
+                  m = Match{};
+                  if (computes(x) && same_computation(x.result, y.result, a1, a2, written, m) && m.costly) {
+                    kept = &x;
+                    break;
+                  }
+                }
+                if (!kept) continue;
+                p_.materialized[size_t(kept->result)] = true;
+                p_.kept.push_back({kept->result, y.result, a1, a2, m.keys});
+                std::function<void(ir::ValueId)> cover = [&](ir::ValueId v) {
+                  int def = k().value(ir::strip_views(k(), v)).def_op;
+                  if (def < 0 || !covered.insert(def).second) return;
+                  for (ir::ValueId in : k().op(def).inputs) cover(in);
+                };
+                cover(y.result);
+                break;
+              }
+            }
+          }
+        }
+      }
+  }
+
   // A copy of a load may be skipped when the grid indices it depends on repeat.
   void set_reuse(plan::BlockSpec& s) {
     const ir::Op& lop = k().op(s.op);
@@ -458,6 +608,13 @@ class Refiner {
         bytes -= round64(p_.block_elements(r) * cpp_size(k().value(r).dtype));
     }
     for (const StreamedStore& s : p_.streamed) bytes += round64(s.elements * dtype_size(k().tensors[size_t(k().op(s.op).tensor)].dtype));
+    if (limits_ && bytes > limits_->fast_memory_bytes && !p_.kept.empty()) {
+      // Kept values are an optimisation: without them the config may fit.
+      for (const KeptValue& kv : p_.kept) p_.materialized[size_t(kv.kept)] = false;
+      p_.kept.clear();
+      scratch();
+      return;
+    }
     p_.fast_memory_bytes = bytes;
     // A resident packed copy that no grid index selects (matmul_layernorm's y[k, all]: every grid
     // step reads all of it) is packed at a thread's first step and reused by all its others. The
@@ -531,6 +688,12 @@ std::string describe(const CpuPlan& p) {
   for (const RowPrefetch& r : p.prefetches)
     out += fmt::format("    {} prefetched {} by the pass of line {}\n", k.tensors[size_t(k.op(r.op).tensor)].name,
                        r.next_step ? "for the next grid step" : "for writing", k.op(r.group_op).loc.line());
+  for (const KeptValue& kv : p.kept)
+    out += fmt::format(
+        "    %{} kept by the pass over {} (line {}) for the pass over {}, which computes it again as %{} "
+        "(line {})\n",
+        kv.kept, k.axis(kv.kept_axis).name, k.def(kv.kept)->loc.line(), k.axis(kv.again_axis).name, kv.again,
+        k.def(kv.again)->loc.line());
   return out;
 }
 

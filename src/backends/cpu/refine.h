@@ -86,6 +86,21 @@ struct RowPrefetch {
 };
 inline constexpr int64_t kPrefetchBlockBytes = 256 * 1024;
 
+// A value that a pass over a row computes and a later pass over the same row computes again
+// from the same elements (softmax_two_pass's exp(x - max): once for the row's sum, once for its
+// output). Where each pass's loop covers the row in one trip, the earlier pass keeps the value in
+// fast memory and the later one reads it, in a version of its loop that runs where the row
+// values both computations take (the keys: each pass's max) have the same bits; elsewhere (a
+// row of -inf, whose max the sum's pass guards) it computes the value again. So the result is
+// the same, bit for bit, as computing it twice (softmax_two_pass [4096, 4096] on a Zen 4: 0.80x
+// the time, docs/CPU.md).
+struct KeptValue {
+  ir::ValueId kept = -1;                // computed by the earlier pass, kept in fast memory (materialized)
+  ir::ValueId again = -1;               // the same value in the later pass, read from `kept`'s array
+  int kept_axis = -1, again_axis = -1;  // the passes' row axes (their loops' one axis)
+  std::vector<std::pair<ir::ValueId, ir::ValueId>> keys;  // (earlier, later) row values that must match
+};
+
 struct CpuPlan : plan::Plan {
   std::vector<Gemm> gemms;
   std::vector<Staging> staging;  // per operands[i]
@@ -99,6 +114,7 @@ struct CpuPlan : plan::Plan {
   int epilogue_axis = -1;
   std::vector<StreamedStore> streamed;
   std::vector<RowPrefetch> prefetches;
+  std::vector<KeptValue> kept;
   // Groups of the grid body (by their first op) that depend on no grid index: each thread runs
   // them once, before its grid steps, instead of in every step (cross_entropy counts all N
   // labels that are not ignored for the mean's denominator: 4% of its time in every step).
@@ -110,6 +126,7 @@ struct CpuPlan : plan::Plan {
   const Gemm* gemm_for_op(int op) const;
   const StreamedStore* streamed_store(int op) const;
   std::vector<RowPrefetch> prefetches_of(const plan::Group& g) const;
+  std::vector<KeptValue> kept_in(const plan::Group& g) const;  // those group g computes again
   const Staging& staging_of(const plan::BlockSpec& s) const { return staging[size_t(&s - operands.data())]; }
 };
 

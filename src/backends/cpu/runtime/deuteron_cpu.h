@@ -67,6 +67,15 @@ DT_INLINE bool is_normal(float x) {
   uint32_t e = (as_u32(x) >> 23) & 0xffu;
   return e != 0u && e != 0xffu;
 }
+// Whether a and b have the same bits (NaNs with one payload are the same, +0 and -0 are not):
+// the test that a value computed from a gives what it gives from b.
+template <class T, class U>
+DT_INLINE bool same_bits(T a, U b) {
+  static_assert(sizeof(T) == sizeof(U), "one dtype on both sides");
+  if constexpr (sizeof(T) == 8) return __builtin_bit_cast(uint64_t, a) == __builtin_bit_cast(uint64_t, b);
+  if constexpr (sizeof(T) == 4) return __builtin_bit_cast(uint32_t, a) == __builtin_bit_cast(uint32_t, b);
+  return a == b;  // booleans: a bool, or the byte fast memory keeps one in
+}
 DT_INLINE float sqrt(float x) { return __builtin_sqrtf(x); }
 // Two correctly rounded operations: within 1.5 ulp; 0 -> inf, inf -> 0, x < 0 -> NaN.
 // (An rsqrt14 estimate would need a Newton step to be as good and is not reachable without
