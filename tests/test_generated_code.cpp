@@ -243,7 +243,8 @@ TEST(GeneratedCode, PlainPassHoistsRowInvariants) {
       std::regex(
           R"(const float (h\d+) = m\d+\[i_rows\];\n\s*const float (h\d+) = m\d+\[i_rows\];\n\s*const float (r\d+) = 1.0f / \2;\n)")))
       << src;
-  size_t again = src.find("} else {  // the pass over n took other row values", size_t(m.position(0)));
+  size_t again =
+      src.find("} else {  // the pass over n took other row values: compute again", size_t(m.position(0)));
   ASSERT_NE(again, std::string::npos) << src;
   size_t at = src.find("if (dt::is_normal(" + m[3].str() + ")) {", again);
   ASSERT_NE(at, std::string::npos) << src;
@@ -282,7 +283,7 @@ TEST(GeneratedCode, OutputPassReadsTheSumPassExponentials) {
           R"(if \(dt::same_bits\((h\d+), (m\d+)\[i_rows\]\)\) \{  // softmax\.cpp:\d+ \(v\d+\): as the pass over n computed and kept it\n)")))
       << src;
   size_t at = size_t(key.position(0)),
-         other = src.find("} else {  // the pass over n took other row values", at);
+         other = src.find("} else {  // the pass over n took other row values: compute again", at);
   ASSERT_NE(other, std::string::npos) << src;
   std::string reading = src.substr(at, other - at);
   EXPECT_NE(reading.find("(" + kept + "[i_rows * 1024 + i_n_out] * r"), std::string::npos) << reading;

@@ -1219,7 +1219,7 @@ class Generator {
         line(fmt::format("if ({}) {{  // {}: as the pass over {} computed and kept {}",
                          fmt::join(same, " && "), fmt::join(what, ", "), earlier,
                          kept.size() == 1 ? "it" : "them"));
-      ++indent_;
+      if (!same.empty()) ++indent_;
       for (const KeptValue& kv : kept) {
         ivar_[kv.kept_axis] = ivar(kv.again_axis);
         hoisted[kv.again] = fmt::format("m{}[{}]", storage_value(kv.kept), storage_index(kv.kept));
@@ -1229,11 +1229,9 @@ class Generator {
       emit_versions();
       skip_.clear();
       for (const KeptValue& kv : kept) hoisted.erase(kv.again);
-      --indent_;
       if (!same.empty()) {
-        line(fmt::format(
-            "}} else {{  // the pass over {} took other row values (a max it guarded): compute again",
-            earlier));
+        --indent_;
+        line(fmt::format("}} else {{  // the pass over {} took other row values: compute again", earlier));
         ++indent_;
         emit_versions();
         --indent_;

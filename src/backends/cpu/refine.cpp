@@ -347,11 +347,10 @@ class Refiner {
            loop.end[0].constant == extent && p_.block[size_t(a)] >= extent;
   }
 
-  // What same_computation found: the row values that must match, the ops matched, and whether
-  // one is worth keeping (a transcendental function: a load or an add is as cheap to redo as to read).
+  // What same_computation found: the row values that must match, and whether the value is worth
+  // keeping (a transcendental function: a load or an add is as cheap to redo as to read).
   struct Match {
     std::vector<std::pair<ir::ValueId, ir::ValueId>> keys;
-    int ops = 0;
     bool costly = false;
   };
   static bool costly(ir::UnaryFn f) {
@@ -417,7 +416,6 @@ class Refiner {
       case ir::OpKind::Where: break;
       default: return false;
     }
-    ++m.ops;
     for (size_t i = 0; i < x.inputs.size(); ++i)
       if (!same_computation(x.inputs[i], y.inputs[i], a1, a2, written, m)) return false;
     return true;

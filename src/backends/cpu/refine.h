@@ -92,7 +92,7 @@ inline constexpr int64_t kPrefetchBlockBytes = 256 * 1024;
 // fast memory and the later one reads it, in a version of its loop that runs where the row
 // values both computations take (the keys: each pass's max) have the same bits; elsewhere (a
 // row of -inf, whose max the sum's pass guards) it computes the value again. So the result is
-// the same, bit for bit, as computing it twice (softmax_two_pass [4096, 4096] on a Zen 4: 0.80x
+// the same, bit for bit, as computing it twice (softmax_two_pass [4096, 4096] on a Zen 4: 0.755x
 // the time, docs/CPU.md).
 struct KeptValue {
   ir::ValueId kept = -1;                // computed by the earlier pass, kept in fast memory (materialized)
