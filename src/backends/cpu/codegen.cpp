@@ -1833,28 +1833,47 @@ class Generator {
   }
 
   // A dot group: C (+)= A B per batch position, by the micro-kernel library.
-  void emit_dot(const Gemm& d) {
+  // Whether `phi` is the accumulator of a dot that accumulates in its output's tile.
+  bool in_output(ir::ValueId phi) const {
+    return std::any_of(p_.gemms.begin(), p_.gemms.end(),
+                       [&](const Gemm& d) { return d.out_store >= 0 && d.acc_phi == phi; });
+  }
+  // Whether a one-axis loop runs at least one block: bounds known here, not read at run time.
+  bool surely_runs(const ir::Loop& l) const {
+    return !rt_ && l.begin[0].value < 0 && l.end[0].value < 0 && l.begin[0].constant < l.end[0].constant;
+  }
+
+  // A dot on the micro-kernel. `no_blocks`: for a dot that accumulates in its output's tile
+  // (Gemm::out_store), before its loop, the tile's zeros where the loop runs no block.
+  void emit_dot(const Gemm& d, bool no_blocks = false) {
     const ir::Op& op = k_.ops[size_t(d.op)];
     ir::ValueId r = op.result;
     const auto& rd = k_.value(r).dims;
     int m = rd[rd.size() - 2], n = rd.back();
     int kx = k_.value(op.inputs[0]).dims.back();
+    const std::string& kaxis = axis(k_.loops[size_t(d.loop)].axes.front());
     scalars_.clear();
-    line(fmt::format("// {}: a @ b{}: [{} x {}] @ [{} x {}] per block, f32 accumulation", at(op.loc),
-                     op.inputs.size() > 2 ? " + acc" : "",
-                     m == ir::kOne ? "1" : axis(m), kx == ir::kOne ? "1" : axis(kx), kx == ir::kOne ? "1" : axis(kx),
-                     n == ir::kOne ? "1" : axis(n)));
-    line("{");
+    if (no_blocks) {
+      line(fmt::format("// {}: the loop runs no block of {}: the output's tile is the accumulator's zeros",
+                       at(op.loc), kaxis));
+      line(fmt::format("if (begin_{0} >= end_{0}) {{", kaxis));
+    } else {
+      line(fmt::format("// {}: a @ b{}: [{} x {}] @ [{} x {}] per block, f32 accumulation{}", at(op.loc),
+                       op.inputs.size() > 2 ? " + acc" : "", m == ir::kOne ? "1" : axis(m),
+                       kx == ir::kOne ? "1" : axis(kx), kx == ir::kOne ? "1" : axis(kx),
+                       n == ir::kOne ? "1" : axis(n), d.out_store >= 0 ? ", in the output's tile" : ""));
+      line("{");
+    }
     ++indent_;
     bool accumulate = op.inputs.size() > 2;
-    if (accumulate && !(d.acc_phi >= 0 && op.inputs[2] == d.acc_phi))
+    if (!no_blocks && accumulate && !(d.acc_phi >= 0 && op.inputs[2] == d.acc_phi))
       emit_copy(r, op.inputs[2], d.acc_phi >= 0 ? "the accumulator operand, computed in place" : "the accumulator operand");
     std::vector<int> batch;
     for (size_t i = 0; i + 2 < rd.size(); ++i)
       if (rd[i] != ir::kOne) batch.push_back(rd[i]);
     open_nest(batch, "", [](size_t) {});
-    std::string views[2];
-    for (int x = 0; x < 2; ++x) {
+    std::string views[2] = {"dt::gemm::AView{}", "dt::gemm::BView{}"};
+    for (int x = 0; x < 2 && !no_blocks; ++x) {
       const GemmOperand& o = x == 0 ? d.a : d.b;
       const auto& od = k_.value(o.value).dims;
       int rows = od[od.size() - 2], cols = od.back();
@@ -1898,14 +1917,23 @@ class Generator {
                           : fmt::format("dt::gemm::b_in_place({}, {})", src.ptr, src.rs);
       }
     }
-    for (int a : {m, n})
-      if (a != ir::kOne) ivar_[a] = "0";
-    std::string c = at_index(fmt::format("m{}", storage_value(r)), storage_index(r));
-    ivar_.clear();
-    line(fmt::format("dt::gemm::gemm({}, {}, {},", count(m), count(n), count(kx)));
+    std::string c, ldc, acc = accumulate ? "true" : "false";
+    if (d.out_store >= 0) {
+      Src out = tensor_src(k_.ops[size_t(d.out_store)], m, n);
+      c = out.ptr;
+      ldc = m == ir::kOne ? "0" : out.rs;
+      acc = no_blocks ? "false" : fmt::format("o_{0} != begin_{0}", kaxis);  // the first block overwrites
+    } else {
+      for (int a : {m, n})
+        if (a != ir::kOne) ivar_[a] = "0";
+      c = at_index(fmt::format("m{}", storage_value(r)), storage_index(r));
+      ldc = m == ir::kOne ? "0" : storage_stride(r, m);
+      ivar_.clear();
+    }
+    line(fmt::format("dt::gemm::gemm({}, {}, {},", count(m), count(n), no_blocks ? "0" : count(kx)));
     line(fmt::format("               {},", views[0]));
     line(fmt::format("               {},", views[1]));
-    line(fmt::format("               {}, {}, {});", c, m == ir::kOne ? "0" : storage_stride(r, m), accumulate ? "true" : "false"));
+    line(fmt::format("               {}, {}, {});", c, ldc, acc));
     close_nest(batch, [](size_t) {});
     --indent_;
     line("}");
@@ -1966,6 +1994,9 @@ class Generator {
     for (size_t ii = 0; ii < items.size(); ++ii) {
       const plan::Item& it = items[ii];
       if (!it.is_loop && hoisted(it.group)) continue;  // run before the grid steps
+      if (!it.is_loop &&
+          std::all_of(it.group.ops.begin(), it.group.ops.end(), [&](int o) { return fused_.count(o); }))
+        continue;  // stored by the op that makes the value
       if (!it.is_loop) {
         if (after_dot && subtile_eligible(it.group)) {
           size_t last = ii;
@@ -1986,7 +2017,11 @@ class Generator {
       line(fmt::format("// {}: inner loop over {}", at(l.loc), fmt::join(names, ", ")));
       line("{");
       ++indent_;
-      for (const ir::Carried& c : l.carried) emit_copy(c.phi, c.init, fmt::format("the value carried around {} starts as {}'s", at(l.loc), at_value(c.init)).c_str());
+      for (const ir::Carried& c : l.carried)
+        if (!in_output(c.phi))
+          emit_copy(
+              c.phi, c.init,
+              fmt::format("the value carried around {} starts as {}'s", at(l.loc), at_value(c.init)).c_str());
       for (const plan::BlockSpec& s : p_.operands)
         if (s.loop == it.loop && s.placement == plan::Placement::Resident) emit_block_copy(s, l, true);
       for (size_t i = 0; i < l.axes.size(); ++i) {
@@ -1994,6 +2029,8 @@ class Generator {
         line(fmt::format("const int64_t begin_{} = {}, end_{} = {};", n, bound(l.begin[i], l.axes[i], false), n,
                          bound(l.end[i], l.axes[i], true)));
       }
+      for (const Gemm& d : p_.gemms)
+        if (d.loop == it.loop && d.out_store >= 0 && !surely_runs(l)) emit_dot(d, true);
       for (size_t i = 0; i < l.axes.size(); ++i) {
         const std::string& n = axis(l.axes[i]);
         line(fmt::format("for (int64_t o_{0} = begin_{0}; o_{0} < end_{0}; o_{0} += B_{0}) {{", n));
@@ -2027,8 +2064,10 @@ class Generator {
       }
     };
     walk(k_.top);
-    for (const Gemm& d : p_.gemms)
+    for (const Gemm& d : p_.gemms) {
       if (d.acc_phi >= 0) alias_[k_.ops[size_t(d.op)].result] = d.acc_phi;
+      if (d.out_store >= 0) fused_.insert(d.out_store);  // the dot writes the tile
+    }
   }
 
  private:

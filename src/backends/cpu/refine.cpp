@@ -141,6 +141,7 @@ class Refiner {
     for (Gemm& g : p_.gemms)
       for (GemmOperand* x : {&g.a, &g.b})
         x->pack_once = x->read == DotRead::PackInGroup && computed_before(*x, g.loop, loop_of);
+    accumulate_in_outputs();
     scratch();
     return std::move(p_);
   }
@@ -166,6 +167,38 @@ class Refiner {
     for (size_t i = 0; i + 2 < vd.size(); ++i)
       if (extent_of(vd[i]) != 1) return false;
     return at >= 0;
+  }
+
+  // Gemm::out_store: a dot whose accumulator starts as zeros and whose final value only a plain
+  // store writes out accumulates in the output's tile. Its accumulator then needs no fast memory.
+  void accumulate_in_outputs() {
+    const std::vector<int> stores = streamable_stores(k());
+    const std::vector<int> uses = ir::use_counts(k());
+    for (Gemm& g : p_.gemms) {
+      const ir::Loop& l = k().loop(g.loop);
+      const ir::Carried* c = nullptr;
+      for (const ir::Carried& x : l.carried)
+        if (x.phi == g.acc_phi) c = &x;
+      if (!c || g.acc_inline || l.axes.size() != 1 || c->next != k().op(g.op).result) continue;
+      const ir::Op* init = k().def(c->init);
+      bool zeros = init && init->kind == ir::OpKind::Full && init->axis < 0 && init->number.real == 0.0 &&
+                   init->number.integer == 0;
+      if (!zeros || uses[size_t(c->phi)] != 1 || uses[size_t(c->next)] != 1 || uses[size_t(c->result)] != 1)
+        continue;
+      for (int o : stores) {
+        const ir::Op& st = k().op(o);
+        if (st.inputs[0] != c->result || p_.streamed_store(o) ||
+            k().tensors[size_t(st.tensor)].dtype != DType::f32)
+          continue;
+        std::vector<int> axes;
+        for (const ir::Index& e : st.index) axes.push_back(e.axis);
+        if (axes != non_one(k().value(c->result).dims)) continue;
+        g.out_store = o;
+        for (ir::ValueId v : {c->phi, c->next, c->result}) p_.materialized[size_t(v)] = false;
+        // Nothing is left to prefetch for writing: the micro-kernel writes the tile.
+        std::erase_if(p_.prefetches, [&](const RowPrefetch& r) { return r.op == o; });
+      }
+    }
   }
 
   // Epilogue sub-tiling applies along the N dim of a dot in a loop directly inside the grid.
@@ -680,6 +713,11 @@ std::string describe(const CpuPlan& p) {
   if (p.grid_group > 1) out += fmt::format("    grid traversal in groups of {}\n", p.grid_group);
   if (p.epilogue_subtiles > 1 && p.epilogue_axis >= 0)
     out += fmt::format("    epilogue in {} sub-tiles along {}\n", p.epilogue_subtiles, k.axis(p.epilogue_axis).name);
+  for (const Gemm& g : p.gemms)
+    if (g.out_store >= 0)
+      out += fmt::format(
+          "    the dot at line {} accumulates in {}'s tile (no fast-memory copy to store, no zero fill)\n",
+          k.op(g.op).loc.line(), k.tensors[size_t(k.op(g.out_store).tensor)].name);
   for (const StreamedStore& s : p.streamed)
     out += fmt::format("    {} written with streaming stores, a row of {} {} at a time (line {})\n",
                        k.tensors[size_t(k.op(s.op).tensor)].name, s.elements, k.axis(s.axis).name, k.op(s.op).loc.line());

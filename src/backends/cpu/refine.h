@@ -40,6 +40,11 @@ struct Gemm {
   // Both operands are bf16, tensor reads packed for the micro-kernel or computed values the dot
   // packs: they may stay bf16 (pairs of K steps for vdpbf16ps or AMX tiles where the CPU has them).
   bool bf16_pairs = false;
+  // The Store that writes the accumulator's final value to an output (a plain tile store, the
+  // only access to that output, f32, not streamed), where the accumulator starts as zeros: the
+  // dot then accumulates in the output's tile itself, its first block of K overwriting it, with
+  // no zero fill and no copy out of fast memory (as a BLAS writes C). -1: in fast memory.
+  int out_store = -1;
 };
 
 // Per block spec: its copy in scratch.
