@@ -1014,8 +1014,13 @@ class Generator {
     }
   }
 
+  // A group whose ops are all stores made by the op that computes their value (fused_).
+  bool all_fused(const plan::Group& g) const {
+    return std::all_of(g.ops.begin(), g.ops.end(), [&](int o) { return fused_.count(o); });
+  }
+
   void emit_group(const plan::Group& g) {
-    if (std::all_of(g.ops.begin(), g.ops.end(), [&](int o) { return fused_.count(o); })) return;
+    if (all_fused(g)) return;
     if (g.ops.size() == 1 && k_.ops[size_t(g.ops[0])].kind == OpKind::Dot) {
       emit_dot(*p_.gemm_for_op(g.ops[0]));
       return;
@@ -1832,7 +1837,6 @@ class Generator {
     scalars_.clear();
   }
 
-  // A dot group: C (+)= A B per batch position, by the micro-kernel library.
   // Whether `phi` is the accumulator of a dot that accumulates in its output's tile.
   bool in_output(ir::ValueId phi) const {
     return std::any_of(p_.gemms.begin(), p_.gemms.end(),
@@ -1843,8 +1847,9 @@ class Generator {
     return !rt_ && l.begin[0].value < 0 && l.end[0].value < 0 && l.begin[0].constant < l.end[0].constant;
   }
 
-  // A dot on the micro-kernel. `no_blocks`: for a dot that accumulates in its output's tile
-  // (Gemm::out_store), before its loop, the tile's zeros where the loop runs no block.
+  // A dot group: C (+)= A B per batch position, by the micro-kernel library. `no_blocks`: for a dot that
+  // accumulates in its output's tile (Gemm::out_store), before its loop, the tile's zeros where the loop runs
+  // no block.
   void emit_dot(const Gemm& d, bool no_blocks = false) {
     const ir::Op& op = k_.ops[size_t(d.op)];
     ir::ValueId r = op.result;
@@ -1994,9 +1999,7 @@ class Generator {
     for (size_t ii = 0; ii < items.size(); ++ii) {
       const plan::Item& it = items[ii];
       if (!it.is_loop && hoisted(it.group)) continue;  // run before the grid steps
-      if (!it.is_loop &&
-          std::all_of(it.group.ops.begin(), it.group.ops.end(), [&](int o) { return fused_.count(o); }))
-        continue;  // stored by the op that makes the value
+      if (!it.is_loop && all_fused(it.group)) continue;
       if (!it.is_loop) {
         if (after_dot && subtile_eligible(it.group)) {
           size_t last = ii;

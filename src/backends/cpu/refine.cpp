@@ -197,6 +197,7 @@ class Refiner {
         for (ir::ValueId v : {c->phi, c->next, c->result}) p_.materialized[size_t(v)] = false;
         // Nothing is left to prefetch for writing: the micro-kernel writes the tile.
         std::erase_if(p_.prefetches, [&](const RowPrefetch& r) { return r.op == o; });
+        break;
       }
     }
   }
