@@ -107,10 +107,14 @@ TEST(GemmRuntime, ProductsOverEveryView) {
     // bf16 copies read in place (widened panel by panel here: the test binary has no vdpbf16ps)
     std::vector<uint16_t> ah(a.size()), ath(at.size());
     for (size_t i = 0; i < a.size(); ++i) ah[i] = to_bf16(a[i]), ath[i] = to_bf16(at[i]);
-    const AView as[5] = {a_in_place(a.data(), k, 1), a_in_place(at.data(), 1, m), a_packed(ap.data(), k),
-                         a_in_place_bf16(ah.data(), k, 1), a_in_place_bf16(ath.data(), 1, m)};
+    const AView as[6] = {a_in_place(a.data(), k, 1),
+                         a_in_place(at.data(), 1, m),
+                         a_packed(ap.data(), k),
+                         a_in_place_bf16(ah.data(), k, 1),
+                         a_in_place_bf16(ath.data(), 1, m),
+                         a_in_place(a.data(), k, 1, /*ahead=*/true)};
     const BView bs[2] = {b_in_place(b.data(), n), b_packed(bp.data(), k)};
-    for (int va = 0; va < 5; ++va)
+    for (int va = 0; va < 6; ++va)
       for (int vb = 0; vb < 2; ++vb)
         for (bool accumulate : {false, true}) {
           const int64_t ldc = n + 3;

@@ -345,6 +345,22 @@ TEST(GeneratedCode, ScheduleKeepsAPackedPanelsStepsTogether) {
   EXPECT_NE(src.find("dt::GridQueue grid_steps(32, 2);"), std::string::npos) << src;
 }
 
+// An A read in place whose block moves with the dot's loop (x[tm, tk] over k) reads new rows
+// from memory on every trip, so its panels prefetch the next one (AView::ahead); attention's
+// q[tq, :] stays the same over the kv loop and its scores come from fast memory, so neither does.
+TEST(GeneratedCode, AnAOperandFromMemoryPrefetchesItsNextPanel) {
+  driver::Specialized mm = specialize_at("matmul", {100, 70, 130});
+  config::Config c = mm.space.default_config();
+  c.set("block_k", 32);
+  c.set("inner_k_x", "in_place");
+  std::string src = mm.backend->emit(driver::lower(mm, c));
+  EXPECT_NE(src.find("dt::gemm::a_in_place(x + o_m * 70 + o_k, 70, 1, true)"), std::string::npos) << src;
+  driver::Specialized at = specialize_at("attention", {1, 2, 100, 32});
+  src = at.backend->emit(driver::lower(at, at.space.default_config()));
+  ASSERT_NE(src.find("dt::gemm::gemm("), std::string::npos) << src;
+  EXPECT_EQ(src.find(", true),\n"), std::string::npos) << src;
+}
+
 // Without dots or whole dims, the cpu target's default blocks take whole contiguous rows (up
 // to 4096 elements) and proportionally fewer rows; row kernels (whole dims) as few rows as fill
 // 16 KiB.

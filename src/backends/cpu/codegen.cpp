@@ -1842,6 +1842,13 @@ class Generator {
     return std::any_of(p_.gemms.begin(), p_.gemms.end(),
                        [&](const Gemm& d) { return d.out_store >= 0 && d.acc_phi == phi; });
   }
+  // Whether load `op` reads a different block on each trip of loop `loop`: an index follows one of its axes.
+  bool moves_with(const ir::Op& op, int loop) const {
+    const std::vector<int>& axes = k_.loops[size_t(loop)].axes;
+    return std::any_of(op.index.begin(), op.index.end(), [&](const ir::Index& e) {
+      return e.kind == ir::Index::Kind::Axis && std::find(axes.begin(), axes.end(), e.axis) != axes.end();
+    });
+  }
   // Whether a one-axis loop runs at least one block: bounds known here, not read at run time.
   bool surely_runs(const ir::Loop& l) const {
     return !rt_ && l.begin[0].value < 0 && l.end[0].value < 0 && l.begin[0].constant < l.end[0].constant;
@@ -1918,7 +1925,11 @@ class Generator {
         Src src = o.load_op >= 0 ? tensor_src(k_.ops[size_t(o.load_op)], rows, cols) : memory_src(o.source, rows, cols);
         // bf16 A in place: refine left it unpacked for the pair micro-kernel (Gemm::bf16_pairs).
         bool bf16 = x == 0 && o.load_op >= 0 && k_.tensors[size_t(k_.ops[size_t(o.load_op)].tensor)].dtype == DType::bf16;
-        views[x] = x == 0 ? fmt::format("dt::gemm::a_in_place{}({}, {}, {})", bf16 ? "_bf16" : "", src.ptr, src.rs, src.cs)
+        // An A whose block moves with the loop reads new rows from memory on every trip: its
+        // panels prefetch the next one (AView::ahead).
+        bool ahead = x == 0 && !bf16 && o.load_op >= 0 && moves_with(k_.ops[size_t(o.load_op)], d.loop);
+        views[x] = x == 0 ? fmt::format("dt::gemm::a_in_place{}({}, {}, {}{})", bf16 ? "_bf16" : "", src.ptr,
+                                        src.rs, src.cs, ahead ? ", true" : "")
                           : fmt::format("dt::gemm::b_in_place({}, {})", src.ptr, src.rs);
       }
     }

@@ -117,11 +117,12 @@ DG_INLINE vec load_row(const void* p, int64_t i) {
 // ---- micro-kernel ---------------------------------------------------------------------------
 
 // C[R x NR] (+)= A[R x K] B[K x NR]. A(i, k) = a[i*a_rs + k*a_cs]; B(k, j) = b[k*b_rs + j].
-// PACKED_A: a_rs = 1, a_cs = MR (the common case, fewer address registers).
+// PACKED_A: a_rs = 1, a_cs = MR (the common case, fewer address registers). next_a: the next
+// panel's rows of an A in place (same strides), prefetched into L2 along K, or null.
 template <int R, bool PACKED_A>
 __attribute__((noinline)) void micro(int64_t K, const float* __restrict a, int64_t a_rs, int64_t a_cs,
                                      const float* __restrict b, int64_t b_rs, float* __restrict c,
-                                     int64_t ldc, bool accumulate) {
+                                     int64_t ldc, bool accumulate, const float* next_a) {
   vec acc[R][kNV];
   if (accumulate) {
 #pragma GCC unroll 8
@@ -148,6 +149,9 @@ __attribute__((noinline)) void micro(int64_t K, const float* __restrict a, int64
     if constexpr (!PACKED_A) {
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) __builtin_prefetch(a + i * a_rs + (k16 + 64) * a_cs);
+      if (next_a)
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) __builtin_prefetch(next_a + i * a_rs + k16 * a_cs, 0, 2);
     }
     const int64_t kend = k16 + 16 < K ? k16 + 16 : K;
     auto step = [&](vec(&sum)[R][kNV], int64_t k) __attribute__((always_inline)) {
@@ -189,10 +193,11 @@ __attribute__((noinline)) void micro(int64_t K, const float* __restrict a, int64
 // blocks leave remainders of 4 or 2 rows; an odd remainder runs one zero row more.
 template <bool PACKED_A>
 DG_INLINE void micro_rows(int rows, int64_t K, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
-                          int64_t b_rs, float* c, int64_t ldc, bool accumulate) {
-  if (rows == 6) micro<6, PACKED_A>(K, a, a_rs, a_cs, b, b_rs, c, ldc, accumulate);
-  else if (rows == 4) micro<4, PACKED_A>(K, a, a_rs, a_cs, b, b_rs, c, ldc, accumulate);
-  else micro<2, PACKED_A>(K, a, a_rs, a_cs, b, b_rs, c, ldc, accumulate);
+                          int64_t b_rs, float* c, int64_t ldc, bool accumulate,
+                          const float* next_a = nullptr) {
+  if (rows == 6) micro<6, PACKED_A>(K, a, a_rs, a_cs, b, b_rs, c, ldc, accumulate, next_a);
+  else if (rows == 4) micro<4, PACKED_A>(K, a, a_rs, a_cs, b, b_rs, c, ldc, accumulate, next_a);
+  else micro<2, PACKED_A>(K, a, a_rs, a_cs, b, b_rs, c, ldc, accumulate, next_a);
 }
 
 // ---- block product --------------------------------------------------------------------------
@@ -206,9 +211,14 @@ struct AView {
   // path broadcasts its 32-bit words (steps k, k+1 of a row) directly; the f32 path widens one
   // MR x KC panel at a time into a thread-local buffer.
   const uint16_t* h = nullptr;
+  // An f32 block in place whose rows come from memory (the generated code sets it where each
+  // trip of the dot's loop reads new rows): each panel prefetches the next one into L2 along K.
+  bool ahead = false;
 };
 // A row-major (or any-strided) f32 block read in place: element (i, k) at p[i*rs + k*cs].
-DG_INLINE AView a_in_place(const float* p, int64_t rs, int64_t cs) { return {p, rs, cs, MR * rs, false}; }
+DG_INLINE AView a_in_place(const float* p, int64_t rs, int64_t cs, bool ahead = false) {
+  return {p, rs, cs, MR * rs, false, nullptr, ahead};
+}
 // A packed by pack_a with `kstride` elements of K per panel.
 DG_INLINE AView a_packed(const float* p, int64_t kstride) { return {p, 1, MR, MR * kstride, false}; }
 DG_INLINE AView a_in_place_bf16(const void* p, int64_t rs, int64_t cs) {
@@ -292,14 +302,20 @@ static inline void gemm(int64_t M, int64_t N, int64_t K, AView A, BView B, float
         ap = edge_a;
         pk = true;
       }
+      // The next A panel read in place, into L2 while this one runs: the micro-kernel's own
+      // prefetch, 64 steps ahead, comes too late for rows from memory.
+      const float* next_a = nullptr;
 #if !defined(__AVX512F__)
-      // The next A panel read in place, into L2 while this one runs. AVX2's 6 x 16 tile spends a
-      // quarter of AVX-512's time per step of K, so the micro-kernel's own prefetch, 64 steps
-      // ahead, comes too late for rows from memory (matmul 2048^3 with AVX2 on a Zen 4: 0.984x
-      // the time, 6 alternating rounds; neutral with AVX-512).
+      // AVX2's 6 x 16 tile spends a quarter of AVX-512's time per step of K: all of it at the
+      // panel's start (matmul 2048^3 with AVX2 on a Zen 4: 0.984x the time, 6 alternating rounds).
       if (!A.h && A.cs == 1 && !pk)
         for (int64_t i = i0 + MR; i < M && i < i0 + 2 * MR; ++i)
           for (int64_t k = 0; k < kc; k += 16) __builtin_prefetch(A.p + (i / MR) * A.ps + (i % MR) * A.rs + k0 + k, 0, 2);
+#else
+      // AVX-512: spread along the first B panel's K steps, for rows from memory only (AView::ahead;
+      // A blocks reused across trips stay in cache). On a Zen 4 (session 26, 8 alternating rounds):
+      // matmul 2048^3 0.986x the time, bmm 0.985x; a burst at the panel's start was neutral.
+      if (A.ahead && A.cs == 1 && !pk && i0 + MR < M) next_a = ap + A.ps;
 #endif
       for (int64_t j0 = 0; j0 < N; j0 += NR) {
         const int64_t n = N - j0 < NR ? N - j0 : NR;
@@ -312,7 +328,8 @@ static inline void gemm(int64_t M, int64_t N, int64_t K, AView A, BView B, float
         float* cp = c + i0 * ldc + j0;
         if (n == NR && run == rows) {
           if (pk) micro_rows<true>(rows, kc, ap, 1, MR, bp, b_rs, cp, ldc, acc);
-          else micro_rows<false>(rows, kc, ap, a_rs, a_cs, bp, b_rs, cp, ldc, acc);
+          else
+            micro_rows<false>(rows, kc, ap, a_rs, a_cs, bp, b_rs, cp, ldc, acc, j0 == 0 ? next_a : nullptr);
         } else {
           for (int i = 0; i < run; ++i)
             for (int64_t j = 0; j < NR; ++j) tile[i * NR + j] = acc && i < rows && j < n ? cp[i * ldc + j] : 0.0f;
