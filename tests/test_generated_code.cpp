@@ -5,8 +5,10 @@
 #include <regex>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "backends/cpu/refine.h"
 #include "catalogue.h"
 #include "deuteron/deuteron.h"
 #include "driver/driver.h"
@@ -359,6 +361,29 @@ TEST(GeneratedCode, AnAOperandFromMemoryPrefetchesItsNextPanel) {
   src = at.backend->emit(driver::lower(at, at.space.default_config()));
   ASSERT_NE(src.find("dt::gemm::gemm("), std::string::npos) << src;
   EXPECT_EQ(src.find(", true),\n"), std::string::npos) << src;
+}
+
+// A dot's epilogue prefetches the rows of the tensors it reads a few rows ahead, where its block
+// has them (RowPrefetch::rows_ahead): epilogue_subtiling's residual, not its bias (one row for
+// every row of the tile) nor anything of matmul_layernorm's (its epilogue reads the accumulator).
+TEST(GeneratedCode, AnEpiloguePrefetchesItsRowsAhead) {
+  driver::Specialized s = specialize_at("epilogue_subtiling", {100, 70, 130});
+  std::string src = s.backend->emit(driver::lower(s, s.space.default_config()));
+  std::string guard = fmt::format("if (i_m + {} < n_m) {{", cpu::kEpilogueRowsAhead);
+  size_t at = src.find(guard);
+  ASSERT_NE(at, std::string::npos) << src;
+  EXPECT_NE(
+      src.find(fmt::format("__builtin_prefetch(&residual[((o_m + i_m + {})) * 130 + (o_n + i_n)], 0, 3);",
+                           cpu::kEpilogueRowsAhead),
+               at),
+      std::string::npos)
+      << src;
+  EXPECT_EQ(src.find("__builtin_prefetch(&bias"), std::string::npos) << src;
+  EXPECT_LT(at, src.find("dt::gelu_erf")) << "before the row's loop";
+  driver::Specialized ln = specialize_at("matmul_layernorm", {100, 70, 130});
+  src = ln.backend->emit(driver::lower(ln, ln.space.default_config()));
+  EXPECT_EQ(src.find("rows ahead"), std::string::npos) << src;
+  EXPECT_EQ(src.find("ahead\n"), std::string::npos) << src;
 }
 
 // Without dots or whole dims, the cpu target's default blocks take whole contiguous rows (up

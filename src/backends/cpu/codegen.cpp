@@ -1080,7 +1080,10 @@ class Generator {
     // A general variant chunks every whole dim it reads at run time (the code holds for any
     // length; the probe shapes' extents must not decide it).
     // A pass that prefetches (RowPrefetch) runs in chunks (or pieces) too: each prefetches its lines.
-    std::vector<RowPrefetch> prefetches = p_.prefetches_of(g);
+    std::vector<RowPrefetch> prefetches = p_.prefetches_of(g), ahead;
+    for (const RowPrefetch& r : prefetches)
+      if (r.rows_ahead > 0) ahead.push_back(r);
+    std::erase_if(prefetches, [](const RowPrefetch& r) { return r.rows_ahead > 0; });
     bool chunked = !pragma.empty() && (!scalar_red.empty() || (!prefetches.empty() && streamed.empty())) &&
                    !range_.count(inner) && (runtime_whole(inner) || p_.storage_extent(inner) >= 128);
     // Rows that stream out go in pieces of dt::kStreamChunk: computing a whole row into its
@@ -1120,6 +1123,7 @@ class Generator {
       }
       hoisted = hoist_invariants(reads);
       for (ir::ValueId v : divisors) line(fmt::format("const float r{0} = 1.0f / h{0};", v));
+      for (const RowPrefetch& r : ahead) emit_rows_ahead_prefetch(r, dom[dom.size() - 2], inner);
     };
     open_nest(outer, own_inner ? "" : pragma, declare);
     auto emit_inner = [&] {
@@ -1265,8 +1269,8 @@ class Generator {
   }
 
   // In a chunk [begin, end) of a pass's row (RowPrefetch): one prefetch per cache line of the
-  // chunk, of a load's row at the next grid step (that row, when the next step has it), or of a
-  // store's row at this one, for writing.
+  // chunk, of a load's row at the next grid step (that row, when the next step has it), of a
+  // load's row some rows ahead in this block, or of a store's row at this one, for writing.
   void emit_row_prefetch(const RowPrefetch& r, int inner, const std::string& begin, const std::string& end) {
     const ir::Op& op = k_.op(r.op);
     const std::string& n = axis(inner);
@@ -1278,13 +1282,32 @@ class Generator {
       guard = fmt::format("if ({} < {}) ", global_index(fast), grid_end(fast));
     }
     int64_t per_line = 64 / dtype_size(k_.tensors[size_t(op.tensor)].dtype);
+    std::string what = r.next_step    ? "the next grid step's row, into L2"
+                       : r.rows_ahead ? fmt::format("the row {} ahead", r.rows_ahead)
+                                      : std::string("this row, for writing");
     line(fmt::format("for (int64_t i_{} = {}; i_{} < {}; i_{} += {})  // {}", n, begin, n, end, n, per_line,
-                     r.next_step ? "the next grid step's row, into L2" : "this row, for writing"));
+                     what));
     // The next step's row goes into L2 (prefetcht1): in L1 it would evict the rows this step
     // still reads, and L1's own prefetcher brings it in as the next step reads it in order.
+    bool write = !r.next_step && !r.rows_ahead;
     line(fmt::format("  {}__builtin_prefetch(&{}[{}], {}, {});", guard, tensor_name(op.tensor), address(op),
-                     r.next_step ? 0 : 1, r.next_step ? 2 : 3));
+                     write ? 1 : 0, r.next_step ? 2 : 3));
     origin_.erase(fast);
+  }
+
+  // Before a pass's row `row` (RowPrefetch::rows_ahead): the load's row that many rows ahead,
+  // where this block has it.
+  void emit_rows_ahead_prefetch(const RowPrefetch& r, int row, int inner) {
+    const std::string& m = axis(row);
+    auto it = range_.find(inner);
+    line(fmt::format("if (i_{0} + {1} < n_{0}) {{", m, r.rows_ahead));
+    ++indent_;
+    ivar_[row] = fmt::format("i_{} + {}", m, r.rows_ahead);
+    emit_row_prefetch(r, inner, it == range_.end() ? "0" : it->second.first,
+                      it == range_.end() ? "n_" + axis(inner) : it->second.second);
+    ivar_.erase(row);
+    --indent_;
+    line("}");
   }
 
   // Reads `reads` (invariant_reads) into named scalars before a group's innermost loop. GCC

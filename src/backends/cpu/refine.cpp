@@ -107,6 +107,7 @@ class Refiner {
     epilogue_axis();
     if (c.has(kStores) && c.text(kStores) == kStoresStream) streamed_stores();
     row_prefetches();
+    epilogue_prefetches();
     hoist_invariant_groups();
     keep_recomputed_values();
     for (const plan::Dot& d : p_.dots) p_.gemms.push_back(gemm(d));
@@ -319,6 +320,35 @@ class Refiner {
       }
     };
     walk(p_.bodies[size_t(&k().grid_loop() - k().loops.data())]);
+  }
+
+  // A dot's epilogue (see RowPrefetch::rows_ahead): the passes over several rows that follow a
+  // dot's loop in the grid step, and the tensors they read along a row of the tile at plain indices.
+  void epilogue_prefetches() {
+    const std::vector<plan::Item>& body = p_.bodies[size_t(&k().grid_loop() - k().loops.data())];
+    bool after_dot = false;
+    for (const plan::Item& it : body) {
+      if (it.is_loop) {
+        after_dot = after_dot || std::any_of(p_.dots.begin(), p_.dots.end(),
+                                             [&](const plan::Dot& d) { return d.loop == it.loop; });
+        continue;
+      }
+      const plan::Group& g = it.group;
+      if (!after_dot || g.domain.size() < 2 || g.ops.empty()) continue;
+      int row = g.domain[g.domain.size() - 2], inner = g.domain.back();
+      if (!grid_axis(row)) continue;
+      for (int l : loads_of(g)) {
+        const ir::Op& op = k().op(l);
+        const ir::HostTensor& t = k().tensors[size_t(op.tensor)];
+        bool plain = std::all_of(op.index.begin(), op.index.end(), [&](const ir::Index& e) {
+          return e.kind == ir::Index::Kind::Axis && e.offset == 0;
+        });
+        if (plain && op.index.size() >= 2 && op.index.back().axis == inner &&
+            op.index[op.index.size() - 2].axis == row && t.strides.back() == 1 &&
+            extent_of(inner) * dtype_size(t.dtype) >= 256)
+          p_.prefetches.push_back({g.ops.front(), l, false, kEpilogueRowsAhead});
+      }
+    }
   }
 
   // See CpuPlan::hoisted. An op depends on no grid index when its dims hold no grid axis, its
@@ -723,8 +753,12 @@ std::string describe(const CpuPlan& p) {
     out += fmt::format("    {} written with streaming stores, a row of {} {} at a time (line {})\n",
                        k.tensors[size_t(k.op(s.op).tensor)].name, s.elements, k.axis(s.axis).name, k.op(s.op).loc.line());
   for (const RowPrefetch& r : p.prefetches)
-    out += fmt::format("    {} prefetched {} by the pass of line {}\n", k.tensors[size_t(k.op(r.op).tensor)].name,
-                       r.next_step ? "for the next grid step" : "for writing", k.op(r.group_op).loc.line());
+    out += fmt::format("    {} prefetched {} by the pass of line {}\n",
+                       k.tensors[size_t(k.op(r.op).tensor)].name,
+                       r.next_step    ? "for the next grid step"
+                       : r.rows_ahead ? fmt::format("{} rows ahead", r.rows_ahead)
+                                      : std::string("for writing"),
+                       k.op(r.group_op).loc.line());
   for (const KeptValue& kv : p.kept)
     out += fmt::format(
         "    %{} kept by the pass over {} (line {}) for the pass over {}, which computes it again as %{} "

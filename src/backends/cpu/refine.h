@@ -80,6 +80,11 @@ std::vector<int> streamable_stores(const ir::Kernel& k);
 //     8.7-9.3 -> 7.5-8.1, layer_norm 9.9-11.1 -> 9.4-10.5, softmax 5.5-6.5 -> 5.3-6.3;
 //     welford, batch_softmax and softmax_two_pass within their rounds' spread; on the
 //     session-13 Zen 4 2-13% faster on each row kernel (docs/CPU.md);
+//   - rows_ahead: in a dot's epilogue (a pass over the dot's tile after its loop), a Load's row
+//     that many rows ahead of the pass's outer loop, into L1, issued by that pass. Its tile was
+//     not touched while the dot ran, and its short rows (a block's width) are too short for the
+//     hardware prefetcher: epilogue_subtiling's residual stalled a quarter of the epilogue's
+//     time (0.973x the time with it, 12 alternating rounds on a Zen 4, session 26);
 //   - otherwise a Store's lines at this step, for writing (a plain store reads each line before
 //     it writes it), issued by the last earlier pass over the same rows.
 // Only for blocks of at most kPrefetchBlockBytes (a quarter of the smallest L2 seen), so that
@@ -88,7 +93,9 @@ struct RowPrefetch {
   int group_op = -1;  // the pass that issues it, by its first op (passes partition the ops)
   int op = -1;        // the Load or Store
   bool next_step = false;
+  int rows_ahead = 0;
 };
+inline constexpr int kEpilogueRowsAhead = 4;
 inline constexpr int64_t kPrefetchBlockBytes = 256 * 1024;
 
 // A value that a pass over a row computes and a later pass over the same row computes again
