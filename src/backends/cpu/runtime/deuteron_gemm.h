@@ -71,6 +71,12 @@ DG_INLINE constexpr int64_t chunk_for_l1(int64_t l1d_bytes) {
   return kc;
 }
 inline constexpr int64_t KC = chunk_for_l1(DT_L1D_BYTES);
+// An A whose rows come from memory (AView::ahead) takes chunks of 512 whatever the L1D: each
+// chunk restarts its rows' streams and the next panel's prefetch. With a 32 KiB L1D (Zen 4,
+// session 26, against KC = 256, 6-10 alternating rounds): matmul 2048^3 0.985x the time, bmm
+// 0.982x, epilogue_subtiling 0.987x, broadcast_matmul 0.994x; matmul built for AVX2 0.990x. A
+// packed or cached A (attention's products) keeps KC: 512 made attention 1.037x slower (session 22).
+inline constexpr int64_t KC_AHEAD = KC > 512 ? KC : 512;
 
 typedef float vec __attribute__((vector_size(kVec * 4)));
 typedef float vec_u __attribute__((vector_size(kVec * 4), aligned(4)));
@@ -243,8 +249,9 @@ static inline void pack_a(const void* src, int64_t rs, int64_t cs, int64_t M, in
                           float* __restrict dst);
 
 // C[M x N] (+)= A[M x K] B[K x N], C row-major with row stride ldc. accumulate = false
-// overwrites C (K = 0 then writes zeros). Per chunk of KC steps along K, each A panel (MR x KC,
-// 12 KiB) stays in L1 while the micro-kernel sweeps the B panels (streamed from L2).
+// overwrites C (K = 0 then writes zeros). Per chunk of KC steps along K (KC_AHEAD for an A from
+// memory), each A panel (MR x KC, 6-12 KiB) stays in L1 while the micro-kernel sweeps the B
+// panels (streamed from L2).
 static inline void gemm(int64_t M, int64_t N, int64_t K, AView A, BView B, float* __restrict c, int64_t ldc,
                         bool accumulate) {
   if (M <= 0 || N <= 0) return;
@@ -264,11 +271,12 @@ static inline void gemm(int64_t M, int64_t N, int64_t K, AView A, BView B, float
   // Edge buffers (140 KiB together) live in thread-local storage, not on the caller's stack:
   // a zero-padded copy of a narrow, unpacked last B panel, and a packed copy of an unpacked A
   // panel with an odd row count.
-  alignas(64) static thread_local float edge_b[KC * NR];
-  alignas(64) static thread_local float edge_a[KC * MR];
+  alignas(64) static thread_local float edge_b[KC_AHEAD * NR];
+  alignas(64) static thread_local float edge_a[KC_AHEAD * MR];
   alignas(64) float tile[MR * NR];  // an edge C tile
-  for (int64_t k0 = 0; k0 < K; k0 += KC) {
-    const int64_t kc = K - k0 < KC ? K - k0 : KC;
+  const int64_t chunk = A.ahead ? KC_AHEAD : KC;
+  for (int64_t k0 = 0; k0 < K; k0 += chunk) {
+    const int64_t kc = K - k0 < chunk ? K - k0 : chunk;
     const bool acc = accumulate || k0 > 0;
     if (narrow && !B.padded) {
       const float* bp = B.p + (last / NR) * B.ps + k0 * B.rs;
