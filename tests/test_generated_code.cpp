@@ -352,7 +352,9 @@ TEST(GeneratedCode, ScheduleKeepsAPackedPanelsStepsTogether) {
 // q[tq, :] stays the same over the kv loop and its scores come from fast memory, so neither does.
 TEST(GeneratedCode, AnAOperandFromMemoryPrefetchesItsNextPanel) {
   driver::Specialized mm = specialize_at("matmul", {100, 70, 130});
-  config::Config c = mm.space.default_config();
+  config::Config c = mm.space.default_config();  // blocks pinned: the defaults follow the L2
+  c.set("block_m", 32);
+  c.set("block_n", 64);
   c.set("block_k", 32);
   c.set("inner_k_x", "in_place");
   std::string src = mm.backend->emit(driver::lower(mm, c));
@@ -368,7 +370,12 @@ TEST(GeneratedCode, AnAOperandFromMemoryPrefetchesItsNextPanel) {
 // every row of the tile) nor anything of matmul_layernorm's (its epilogue reads the accumulator).
 TEST(GeneratedCode, AnEpiloguePrefetchesItsRowsAhead) {
   driver::Specialized s = specialize_at("epilogue_subtiling", {100, 70, 130});
-  std::string src = s.backend->emit(driver::lower(s, s.space.default_config()));
+  config::Config c = s.space.default_config();  // blocks pinned: the defaults follow the L2
+  c.set("block_m", 32);
+  c.set("block_n", 64);  // 256 bytes of f32: the shortest row that is prefetched
+  c.set("block_k", 32);
+  c.set("epilogue_subtiles", 1);
+  std::string src = s.backend->emit(driver::lower(s, c));
   std::string guard = fmt::format("if (i_m + {} < n_m) {{", cpu::kEpilogueRowsAhead);
   size_t at = src.find(guard);
   ASSERT_NE(at, std::string::npos) << src;

@@ -1080,10 +1080,8 @@ class Generator {
     // A general variant chunks every whole dim it reads at run time (the code holds for any
     // length; the probe shapes' extents must not decide it).
     // A pass that prefetches (RowPrefetch) runs in chunks (or pieces) too: each prefetches its lines.
-    std::vector<RowPrefetch> prefetches = p_.prefetches_of(g), ahead;
-    for (const RowPrefetch& r : prefetches)
-      if (r.rows_ahead > 0) ahead.push_back(r);
-    std::erase_if(prefetches, [](const RowPrefetch& r) { return r.rows_ahead > 0; });
+    std::vector<RowPrefetch> prefetches, ahead;  // ahead: issued before each row, not in its chunks
+    for (const RowPrefetch& r : p_.prefetches_of(g)) (r.rows_ahead > 0 ? ahead : prefetches).push_back(r);
     bool chunked = !pragma.empty() && (!scalar_red.empty() || (!prefetches.empty() && streamed.empty())) &&
                    !range_.count(inner) && (runtime_whole(inner) || p_.storage_extent(inner) >= 128);
     // Rows that stream out go in pieces of dt::kStreamChunk: computing a whole row into its
