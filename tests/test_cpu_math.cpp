@@ -2,17 +2,19 @@
 // in double precision. The header is what generated kernels include; it is compiled here with
 // the test build's flags, and the evaluation loops carry `#pragma omp simd` so the vectorised
 // form is what gets checked.
-#include "backends/cpu/runtime/deuteron_cpu.h"
-
-#include <gtest/gtest.h>
-
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
+
+#include "backends/cpu/runtime/deuteron_cpu.h"
 
 namespace {
 
@@ -588,4 +590,80 @@ TEST(CpuMath, CumsumInDouble) {
   inf[30] = INFINITY;
   dt::cumsum_f32_in_double(inf.data(), inf.data(), 40, true);
   for (size_t j = 0; j < 40; ++j) EXPECT_EQ(inf[j], j <= 30 ? INFINITY : float(40 - j)) << j;
+}
+
+namespace deuteron::testing_avx2 {  // tests/test_cpu_scan_avx2.cpp, compiled with -mavx2
+void cumsum_rows(const float* in, int64_t in_rs, float* out, int64_t out_rs, int64_t rows, int64_t n,
+                 bool reverse, bool stream);
+}
+namespace deuteron::testing_avx512 {  // tests/test_cpu_scan_avx512.cpp, compiled with -mavx512f
+void cumsum_rows(const float* in, int64_t in_rs, float* out, int64_t out_rs, int64_t rows, int64_t n,
+                 bool reverse, bool stream);
+}
+
+// dt::cumsum_rows_f32_in_double, as kernels compile it (AVX2 and AVX-512), against a sequential
+// sum in double per row: rows in whole groups of 8 (transposed tiles) give exactly that sum
+// rounded once; the rows after them (the row-at-a-time scan) are within CumsumInDouble's bound.
+// Row counts around 8, lengths around the tiles (8) and lines (16), both directions, plain and
+// streaming stores, row strides that are and are not whole lines, outputs starting off a line
+// (the columns before the first whole line), in place. The floats between rows stay untouched.
+TEST(CpuMath, CumsumRowsInDouble) {
+  using Fn = void (*)(const float*, int64_t, float*, int64_t, int64_t, int64_t, bool, bool);
+  std::vector<std::pair<const char*, Fn>> isas;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    isas.push_back({"avx2", deuteron::testing_avx2::cumsum_rows});
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
+    isas.push_back({"avx512", deuteron::testing_avx512::cumsum_rows});
+  if (isas.empty()) GTEST_SKIP() << "this CPU has no AVX2";
+  uint32_t state = 777;
+  auto next = [&] {  // values in [-2, 2)
+    state = state * 1664525u + 1013904223u;
+    return float(state >> 8) * 0x1p-22f - 2.0f;
+  };
+  const float kGuard = -12345.0f;
+  int checked = 0;
+  for (auto [isa, cumsum_rows] : isas)
+    for (int64_t rows : {1, 7, 8, 9, 16, 17})
+      for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 31, 33, 100, 257})
+        for (int64_t pad :
+             {int64_t(0), int64_t(3), 16 - n % 16})  // row stride n + pad: 16 - n % 16 makes whole lines
+          for (int64_t shift : {0, 1, 5})            // the output's first float, past a 64-byte boundary
+            for (bool reverse : {false, true})
+              for (bool stream : {false, true})
+                for (bool in_place : {false, true}) {
+                  const int64_t rs = n + pad;
+                  std::vector<float> x(size_t(rows * rs));
+                  for (float& v : x) v = next();
+                  // 64-byte aligned storage for the output, which starts `shift` floats in
+                  std::vector<float> buf(size_t(rows * rs + shift + 32), kGuard);
+                  float* out = buf.data() + 16 +
+                               (16 - reinterpret_cast<uintptr_t>(buf.data() + 16) % 64 / 4) % 16 + shift;
+                  if (in_place) std::copy(x.begin(), x.end(), out);
+                  cumsum_rows(in_place ? out : x.data(), rs, out, rs, rows, n, reverse, stream);
+                  for (int64_t r = 0; r < rows; ++r) {
+                    double acc = 0, mag = 0;
+                    const bool tiled = n >= 8 && r < rows / 8 * 8;
+                    for (int64_t k = 0; k < n; ++k) {
+                      const int64_t j = reverse ? n - 1 - k : k;
+                      acc += double(x[size_t(r * rs + j)]);
+                      mag += std::fabs(double(x[size_t(r * rs + j)]));
+                      const float got = out[r * rs + j];
+                      const double slack = double(n) * 0x1p-52 * mag;
+                      if (tiled)
+                        ASSERT_EQ(got, float(acc))
+                            << isa << " rows " << rows << " n " << n << " stride " << rs << " shift " << shift
+                            << (reverse ? " reversed" : "") << (stream ? " streamed" : "")
+                            << (in_place ? " in place" : "") << ": row " << r << ", element " << j;
+                      else
+                        ASSERT_LE(std::fabs(double(got) - acc), 0.5 * ulp_at(std::fabs(acc) + slack) + slack)
+                            << isa << " rows " << rows << " n " << n << ": row " << r << ", element " << j;
+                    }
+                    for (int64_t j = n; j < rs && !in_place; ++j)
+                      ASSERT_EQ(out[r * rs + j], kGuard) << isa << " row " << r;
+                  }
+                  ASSERT_EQ(out[-1], kGuard) << isa;
+                  ++checked;
+                }
+  EXPECT_EQ(checked, int(isas.size()) * 6 * 11 * 3 * 3 * 2 * 2 * 2);
 }

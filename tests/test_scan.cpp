@@ -318,10 +318,16 @@ TEST_P(Scans, GeneratedCodeIsStableAndNamed) {
     EXPECT_NE(a.find("def _combine0("), std::string::npos) << a;
   }
   if (target() != "cpu") return;
-  // An f32 cumsum along the row runs as SIMD prefix sums (a column one stays a sequential loop).
+  // An f32 cumsum along the row runs 8 rows at a time in double (a column one stays a sequential
+  // loop); with a block of one row, that row alone runs as SIMD prefix sums.
   auto s = driver::specialize(cumsum_rows, frontend::describe_args(cumsum_rows, {x}), "cpu");
   std::string rows = s.backend->emit(driver::lower(s, s.space.default_config()));
-  EXPECT_NE(rows.find("dt::cumsum_f32_in_double("), std::string::npos) << rows;
+  EXPECT_NE(rows.find("dt::cumsum_rows_f32_in_double("), std::string::npos) << rows;
+  config::Config one = s.space.default_config();
+  for (const auto& [name, value] : one.values())
+    if (name.rfind("block_", 0) == 0 && value.is_number_integer()) one.set(name, 1);
+  std::string row = s.backend->emit(driver::lower(s, one));
+  EXPECT_NE(row.find("dt::cumsum_f32_in_double("), std::string::npos) << row;
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, Scans, testing::Values("cpu"));

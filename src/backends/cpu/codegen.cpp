@@ -603,6 +603,7 @@ class Generator {
     Bytes end;
     for (const Slot& slot : layout(&end)) {
       if (slot.streamed) {
+        if (fused_.count(slot.streamed->op)) continue;  // a scan writes it, streaming itself
         const ir::Op& op = k_.op(slot.streamed->op);
         const char* type = storage_ctype(k_.tensors[size_t(op.tensor)].dtype);
         line(fmt::format("{}* const {} = reinterpret_cast<{}*>({});  // a row of {} for {}'s streaming stores ({})", type,
@@ -1533,6 +1534,18 @@ class Generator {
     ivar_.erase(a);
     return row;
   }
+  // Whether open_nest makes a loop over axis a (not a dim of one element).
+  bool loops_over(int a) const { return range_.count(a) || whole_.count(a) || p_.storage_extent(a) != 1; }
+  // How far apart in elements the rows that row_of(v, .) finds are along axis a (outside the
+  // row): "" where it has no such row, or the row does not move along a.
+  std::string row_stride(ir::ValueId v, int a) {
+    v = source(v);
+    if (k_.value(v).dtype != DType::f32) return "";
+    std::string st;
+    if (p_.materialized[size_t(v)]) st = storage_stride(v, a);
+    else if (const ir::Op* def = k_.def(v); def && def->kind == OpKind::Load) st = tensor_stride(*def, a);
+    return st == "0" ? "" : st;
+  }
   // Whether a load or store at op's indices runs along an f32 tensor's contiguous last dim for axis a.
   bool row_in_tensor(const ir::Op& op, int a) const {
     const ir::HostTensor& t = k_.tensors[size_t(op.tensor)];
@@ -1555,17 +1568,47 @@ class Generator {
     ir::ValueId res = op.result;
     auto fused = fused_store_.find(int(&op - k_.ops.data()));
     const ir::Op* store = fused == fused_store_.end() ? nullptr : &k_.ops[size_t(fused->second)];
-    line(fmt::format("// {}: cumsum along {}{} (SIMD prefix sums in double, a row at a time){}", at(op.loc), n,
-                     op.reverse ? ", reversed" : "",
-                     store ? fmt::format(", into {}", tensor_name(store->tensor)) : ""));
-    line("{");
-    ++indent_;
-    open_nest(outer, "", [](size_t) {});
+    // The rows along the nest's last axis go 8 at a time to dt::cumsum_rows_f32_in_double where
+    // the row read and the row written each move by a fixed stride along it.
+    const int ra = outer.empty() ? -1 : outer.back();
+    std::string src_rs, dst_rs;
+    if (ra >= 0 && loops_over(ra)) {
+      src_rs = row_stride(op.inputs[0], ra);
+      dst_rs = store ? tensor_stride(*store, ra) : storage_stride(res, ra);
+      if (dst_rs == "0") dst_rs.clear();
+    }
     ivar_[sa] = "0";  // the row's first element
     std::string dst = store ? at_index(tensor_name(store->tensor), address(*store))
                             : at_index(fmt::format("m{}", storage_value(res)), storage_index(res));
     ivar_.erase(sa);
     std::string src = row_of(op.inputs[0], sa);
+    const bool grouped = !src.empty() && !src_rs.empty() && !dst_rs.empty();
+    line(fmt::format("// {}: cumsum along {}{} (in double, {} at a time){}", at(op.loc), n,
+                     op.reverse ? ", reversed" : "", grouped ? "8 rows" : "SIMD prefix sums, a row",
+                     store ? fmt::format(", into {}", tensor_name(store->tensor)) : ""));
+    line("{");
+    ++indent_;
+    const std::vector<int> nest(outer.begin(), grouped ? outer.end() - 1 : outer.end());
+    open_nest(nest, "", [](size_t) {});
+    if (grouped) {
+      const std::string& r = axis(ra);
+      auto range = range_.find(ra);
+      const std::string lo = range == range_.end() ? "0" : range->second.first;
+      std::string hi = range == range_.end() ? "n_" + r : range->second.second;
+      if (hi.find(' ') != std::string::npos) hi = "(" + hi + ")";
+      line(fmt::format("for (int64_t i_{0} = {1}; i_{0} < {2}; i_{0} += 8) {{", r, lo, hi));
+      const bool stream = store && p_.streamed_store(int(store - k_.ops.data()));
+      line(fmt::format(
+          "  dt::cumsum_rows_f32_in_double({}, {}, {}, {}, {} - i_{} < 8 ? {} - i_{} : 8, n_{}, {}{});", src,
+          src_rs, dst, dst_rs, hi, r, hi, r, n, op.reverse ? "true" : "false",
+          stream ? ", /*stream=*/true" : ""));
+      line("}");
+      close_nest(nest, [](size_t) {});
+      --indent_;
+      line("}");
+      scalars_.clear();
+      return;
+    }
     if (src.empty()) {  // the scanned values are computed: into the destination first
       line("#pragma omp simd");
       line(fmt::format("for (int64_t i_{0} = 0; i_{0} < n_{0}; ++i_{0}) {{", n));
@@ -1577,7 +1620,7 @@ class Generator {
       src = dst;
     }
     line(fmt::format("dt::cumsum_f32_in_double({}, {}, n_{}, {});", src, dst, n, op.reverse ? "true" : "false"));
-    close_nest(outer, [](size_t) {});
+    close_nest(nest, [](size_t) {});
     --indent_;
     line("}");
     scalars_.clear();
