@@ -282,8 +282,42 @@ TEST(AutotuneSearch, ModelSearchTriesTheSeedsThenTheRankingInOrder) {
   EXPECT_EQ(s->name(), "model");
   auto r = autotune::run_search(*s, [](const Config&) { return 1.0; }, 1000);
   std::vector<Config> want = {space.default_config(), all[7], all[3], all[9]};
-  ASSERT_EQ(r.history.size(), want.size());
+  ASSERT_GE(r.history.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(r.history[i].first, want[i]) << i;
+  // Then the best point's neighbours (every cost ties: the first, the default): each config
+  // one step from it along one tunable, once, and nothing else.
+  std::set<std::string> neighbours;
+  std::vector<int> d = space.encode(space.default_config());
+  for (const Config& c : all) {
+    std::vector<int> p = space.encode(c);
+    int differ = 0, far = 0;
+    for (size_t i = 0; i < p.size(); ++i) differ += p[i] != d[i], far += std::abs(p[i] - d[i]) > 1;
+    bool in_want = std::find(want.begin(), want.end(), c) != want.end();
+    if (differ == 1 && far == 0 && !in_want) neighbours.insert(c.dump());
+  }
+  ASSERT_GT(neighbours.size(), 0u);
+  std::set<std::string> after;
+  for (size_t i = want.size(); i < r.history.size(); ++i) after.insert(r.history[i].first.dump());
+  EXPECT_EQ(after, neighbours);
+  EXPECT_EQ(r.history.size(), want.size() + neighbours.size());
+}
+
+// After the ranking, the model search descends from the best point measured, one step along one
+// tunable at a time, again from each point that beats it: on a bowl, from a ranking of one poor
+// point, it reaches the bowl's optimum.
+TEST(AutotuneSearch, ModelSearchDescendsFromTheBestPoint) {
+  auto space = test_space();
+  std::vector<int> target = space.encode(space.default_config());
+  for (size_t i = 0; i < target.size(); ++i)
+    if (space.tunables()[i].values.size() > 3) target[i] = int(space.tunables()[i].values.size()) / 2;
+  Bowl f{space, target};
+  std::vector<int> want = optimum_of(space, f);
+  autotune::StrategyOptions so;
+  so.seeds = {space.default_config()};
+  auto s = autotune::make_strategy("model", space, so);
+  auto r = autotune::run_search(*s, f, 100000);
+  EXPECT_EQ(space.encode(r.best), want);
+  EXPECT_LT(r.evaluations, int(autotune::enumerate(space, 100000).size()));
 }
 
 // ---- pruning, cache keys, small pieces -------------------------------------------------------

@@ -397,9 +397,10 @@ std::string Tuner::choose_search() {
     if (m.available) {
       int top = o_.max_candidates > 0 ? o_.max_candidates : budget_.model_top;
       for (size_t i = 0; i < m.configs.size() && int(i) < top; ++i) ranked_.push_back(m.configs[i].config);
-      search_note_ = fmt::format("the model ranked {} valid configs ({} {}, {} pruned); the top {} are timed",
-                                 m.configs.size(), m.considered, m.sampled ? "sampled" : "in the space", m.pruned,
-                                 ranked_.size());
+      search_note_ = fmt::format(
+          "the model ranked {} valid configs ({} {}, {} pruned); the top {} are timed, then the best point's "
+          "neighbours",
+          m.configs.size(), m.considered, m.sampled ? "sampled" : "in the space", m.pruned, ranked_.size());
       return "model";
     }
     if (o_.search == "model") {
