@@ -306,7 +306,8 @@ TEST(GeneratedCode, OutputPassReadsTheSumPassExponentials) {
 
 // Two threads of a kernel with matrix products each settle on a CPU of their own before every
 // chunk of grid steps (dt::OwnCpu), and a moved thread goes back only after a barrier that every
-// thread reaches when its work is done. Row kernels, and one thread, leave the threads alone.
+// thread reaches when its work is done, having waited at the team's end (dt::TeamEnd, shared by
+// the team). Row kernels, and one thread, leave the threads alone.
 TEST(GeneratedCode, ThreadsOfAProductTakeCpusOfTheirOwn) {
   auto emit_threads = [](const std::string& kernel, const std::vector<int64_t>& shape, int threads) {
     driver::Specialized s = specialize_at(kernel, shape);
@@ -317,11 +318,13 @@ TEST(GeneratedCode, ThreadsOfAProductTakeCpusOfTheirOwn) {
   std::string src = emit_threads("matmul", {100, 70, 130}, 2);
   size_t made = src.find("dt::OwnCpu own_cpu(team_region, omp_get_thread_num(), omp_get_num_threads());");
   size_t settle = src.find("own_cpu.settle(), grid_steps.claim(&first, &last);");
-  size_t barrier = src.find("#pragma omp barrier\n    own_cpu.release();");
+  size_t barrier =
+      src.find("team_end.arrive_and_wait(own_cpu);\n#pragma omp barrier\n    own_cpu.release();");
   ASSERT_NE(made, std::string::npos) << src;
   ASSERT_NE(settle, std::string::npos) << src;
   ASSERT_NE(barrier, std::string::npos) << src;
   EXPECT_LT(src.find("const uint32_t team_region = dt::next_team_region();"), src.find("#pragma omp parallel"));
+  EXPECT_LT(src.find("dt::TeamEnd team_end;"), src.find("#pragma omp parallel"));
   EXPECT_LT(made, settle);
   EXPECT_LT(settle, barrier);
   EXPECT_EQ(emit_threads("matmul", {100, 70, 130}, 1).find("OwnCpu"), std::string::npos);

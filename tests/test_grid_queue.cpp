@@ -3,16 +3,18 @@
 // steps that share a packed block while many are left), shrinking to single steps at the end,
 // also when threads claim concurrently. And dt::OwnCpu: a thread that finds a teammate on its
 // CPU moves to a free one for the region, and back after it.
-#include <gtest/gtest.h>
 #include <omp.h>
 #include <sched.h>
 
-#include <thread>
-
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <thread>
 #include <tuple>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "backends/cpu/runtime/deuteron_cpu.h"
 
@@ -154,6 +156,86 @@ TEST(OwnCpu, ASecondThreadOnATeammatesCpuMovesForTheRegion) {
     later.settle_on(a);
     EXPECT_EQ(allowed_cpus(), before);
   }).join();
+}
+
+// dt::TeamEnd: no thread of a team returns before the last one arrives, whether it waited
+// spinning (arrivals within kTeamSpinNs) or asleep (a teammate 30 ms late), and for teams of 1
+// to 4. A thread that waits longer than the spin lets a teammate that moved (OwnCpu) run on all
+// the CPUs it had again, as a parked teammate must be free to be moved onto the waiter's CPU.
+TEST(TeamEnd, NoThreadLeavesBeforeTheLastArrives) {
+  using clock = std::chrono::steady_clock;
+  for (int team : {1, 2, 3, 4})
+    for (int late_ms : {0, 30}) {
+      const uint32_t region = dt::next_team_region();
+      dt::TeamEnd end;
+      std::vector<clock::time_point> arrived(static_cast<size_t>(team)), left(static_cast<size_t>(team));
+      std::vector<std::thread> threads;
+      for (int t = 0; t < team; ++t)
+        threads.emplace_back([&, t] {
+          dt::OwnCpu own(region, t, team);
+          if (t == team - 1) std::this_thread::sleep_for(std::chrono::milliseconds(late_ms));
+          arrived[size_t(t)] = clock::now();
+          end.arrive_and_wait(own);
+          left[size_t(t)] = clock::now();
+        });
+      for (std::thread& th : threads) th.join();
+      const clock::time_point last = *std::max_element(arrived.begin(), arrived.end());
+      for (int t = 0; t < team; ++t) EXPECT_GE(left[size_t(t)], last) << "team " << team << ", thread " << t;
+    }
+}
+
+// arrive_and_spin (row kernels): the last thread to arrive gets true; a thread whose teammate
+// is later than the spin goes on (to the region's barrier) after spinning, with false.
+TEST(TeamEnd, ASpinEndsWhenAllArriveOrItsTimeIsUp) {
+  using clock = std::chrono::steady_clock;
+  {
+    dt::TeamEnd end;
+    const clock::time_point t0 = clock::now();
+    EXPECT_FALSE(end.arrive_and_spin(2));  // the teammate never comes
+    EXPECT_GE(clock::now() - t0, std::chrono::nanoseconds(dt::kTeamSpinNs));
+    EXPECT_TRUE(end.arrive_and_spin(2));  // the second arrival
+  }
+  {
+    dt::TeamEnd end;
+    EXPECT_TRUE(end.arrive_and_spin(1));  // a team of one ends with its arrival
+  }
+}
+
+TEST(TeamEnd, AWaiterFreesAMovedTeammate) {
+  std::vector<int> before = allowed_cpus();
+  if (before.size() < 2) GTEST_SKIP() << "one CPU allowed: there is nowhere to move to";
+  const uint32_t region = dt::next_team_region();
+  dt::TeamEnd end;
+  std::atomic<int> stage{0};
+  std::vector<int> moved_to, freed_to;
+  std::thread mover([&] {
+    dt::OwnCpu own(region, 1, 2);
+    while (stage.load() < 1) std::this_thread::yield();
+    own.settle_on(before[0]);  // thread 0 noted it: this one moves
+    moved_to = allowed_cpus();
+    stage = 2;
+    while (stage.load() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    freed_to = allowed_cpus();  // the waiter let it run anywhere again
+    end.arrive_and_wait(own);
+    own.release();
+  });
+  dt::OwnCpu waiter(region, 0, 2);
+  std::thread first([&] {
+    waiter.settle_on(before[0]);
+    stage = 1;
+    while (stage.load() < 2) std::this_thread::yield();
+    std::thread timer([&] {  // the spin is over long before: then stage 3
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      stage = 3;
+    });
+    end.arrive_and_wait(waiter);
+    timer.join();
+  });
+  first.join();
+  mover.join();
+  EXPECT_EQ(moved_to.size(), 1u);
+  EXPECT_NE(moved_to, std::vector<int>{before[0]});
+  EXPECT_EQ(freed_to, before);
 }
 
 }  // namespace

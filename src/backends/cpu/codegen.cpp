@@ -131,6 +131,11 @@ class Generator {
     // region's end for the other process's time slice (add 4096^2: 5.5-7.1 -> 8.0-9.0 ms).
     const bool own_cpus = p_.threads > 1 && !p_.gemms.empty();
     if (own_cpus) line("const uint32_t team_region = dt::next_team_region();");
+    // Threads out of grid steps wait for the rest at dt::TeamEnd: a short spin (teams that end
+    // within it pass the barrier without sleeping in it), then, where OwnCpu moved threads,
+    // asleep, so that a thread parked on a busy CPU can be moved onto theirs.
+    if (dynamic_schedule())
+      line("dt::TeamEnd team_end;  // where threads out of grid steps wait for the rest");
     line(fmt::format("#pragma omp parallel num_threads({})", p_.threads));
     line("{");
     ++indent_;
@@ -167,9 +172,15 @@ class Generator {
     if (!p_.streamed.empty()) line("dt::stream_fence();  // this thread's streaming stores, before the region ends");
     if (own_cpus) {
       // The schedule's own barrier (omp for) or one here: a moved thread goes back only when no
-      // teammate still works.
-      if (dynamic_schedule()) line("#pragma omp barrier");
+      // teammate still works. Waiting at dt::TeamEnd, a thread lets its moved teammates run on
+      // any CPU again once its spin is over.
+      if (dynamic_schedule()) {
+        line("team_end.arrive_and_wait(own_cpu);");
+        line("#pragma omp barrier");
+      }
       line("own_cpu.release();");
+    } else if (dynamic_schedule()) {
+      line("team_end.arrive_and_spin(omp_get_num_threads());");
     }
     --indent_;
     line("}");

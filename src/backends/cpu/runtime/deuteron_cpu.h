@@ -25,7 +25,12 @@
 
 #include <cstdint>
 #if defined(__linux__)
-#include <sched.h>  // sched_getcpu, sched_setaffinity: dt::OwnCpu
+#include <sched.h>        // sched_getcpu, sched_setaffinity: dt::OwnCpu
+#include <sys/syscall.h>  // futex, gettid: dt::TeamEnd
+#include <time.h>         // clock_gettime: dt::TeamEnd
+#include <unistd.h>
+
+#include <linux/futex.h>  // dt::TeamEnd
 #endif
 
 #define DT_INLINE static inline __attribute__((always_inline))
@@ -887,6 +892,13 @@ struct GridQueue {
 inline constexpr int kMaxTeam = 64;
 inline uint64_t g_team_slot[kMaxTeam];  // per thread: the region it last started, its CPU
 inline uint32_t g_team_region = 0;
+#if defined(__linux__)
+// Per thread that moved: the region, its thread id and the CPUs it may run on when not moved
+// (so that a teammate can let it run anywhere again: TeamEnd).
+inline uint64_t g_team_moved[kMaxTeam];  // region << 32 | thread id
+inline cpu_set_t g_team_allowed[kMaxTeam];
+#endif
+inline constexpr uint32_t kNoCpu = ~0u;  // a finished thread's CPU in its slot: it holds none
 
 // A fresh number for each region (its threads' notes of an older region are ignored).
 DT_INLINE uint32_t next_team_region() { return __atomic_add_fetch(&g_team_region, 1, __ATOMIC_RELAXED); }
@@ -940,11 +952,35 @@ class OwnCpu {
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(to, &one);
+    if (moves_ == 0) {
+      g_team_allowed[thread_] = before_;
+      __atomic_store_n(&g_team_moved[thread_], (uint64_t(region_) << 32) | uint32_t(gettid()),
+                       __ATOMIC_SEQ_CST);
+    }
     if (sched_setaffinity(0, sizeof one, &one) != 0) return;
     ++moves_;
     note(to);
 #else
     (void)cpu;
+#endif
+  }
+  int team() const { return team_; }
+  // This thread has no grid steps left: its teammates may take its CPU (it notes none), and the
+  // ones that moved may run on any CPU they could before.
+  void finished() {
+#if defined(__linux__)
+    if (team_ < 2 || team_ > kMaxTeam || thread_ < 0 || thread_ >= team_) return;
+    note_raw(kNoCpu);
+#endif
+  }
+  void free_teammates() const {
+#if defined(__linux__)
+    if (team_ < 2 || team_ > kMaxTeam) return;
+    for (int t = 0; t < team_; ++t) {
+      uint64_t m = __atomic_load_n(&g_team_moved[t], __ATOMIC_SEQ_CST);
+      if (t == thread_ || uint32_t(m >> 32) != region_) continue;
+      sched_setaffinity(pid_t(uint32_t(m)), sizeof(cpu_set_t), &g_team_allowed[t]);
+    }
 #endif
   }
   // After the region's last barrier: the thread may run anywhere it could before.
@@ -959,8 +995,9 @@ class OwnCpu {
 
  private:
   static constexpr int kMaxMoves = 4;  // a region's moves per thread (each a system call)
-  void note(int cpu) {
-    __atomic_store_n(&g_team_slot[thread_], (uint64_t(region_) << 32) | uint32_t(cpu), __ATOMIC_SEQ_CST);
+  void note(int cpu) { note_raw(uint32_t(cpu)); }
+  void note_raw(uint32_t cpu) {
+    __atomic_store_n(&g_team_slot[thread_], (uint64_t(region_) << 32) | cpu, __ATOMIC_SEQ_CST);
   }
   const uint32_t region_;
   const int thread_, team_;
@@ -968,6 +1005,77 @@ class OwnCpu {
 #if defined(__linux__)
   cpu_set_t before_;
 #endif
+};
+
+// ---- the end of a region that a parked thread holds up -----------------------------------------
+// With another process on one of the CPUs, a thread that shares that CPU runs in slices of a
+// scheduler tick (4 ms at HZ=250). The grid step it holds when parked holds up the region's end
+// while its teammates spin in the barrier on their own CPUs: short products with one core busy
+// took whole ticks (bmm: 16.0 ms, four ticks). And on a quiet machine, a thread that reached
+// OpenMP's barrier more than a few microseconds early slept in it and took tens of
+// microseconds to wake (matmul 128^3 with 2 threads: 73-81 us a call). So a thread that has run
+// out of grid steps first spins here for kTeamSpinNs: a quiet machine's team ends within it and
+// passes the barrier without sleeping (34-45 us). A team whose threads OwnCpu moves then sleeps
+// on a futex, having let its moved teammates run on any CPU again: its own CPU goes idle, and
+// Linux moves a parked teammate onto it (bmm with one core busy: 0.969x the time). The last
+// thread to arrive wakes the sleepers. (Declared before the region, shared by its team.)
+inline constexpr int64_t kTeamSpinNs = 50000;
+class TeamEnd {
+ public:
+  TeamEnd() = default;
+  TeamEnd(const TeamEnd&) = delete;
+  TeamEnd& operator=(const TeamEnd&) = delete;
+
+  // A team whose threads OwnCpu may have moved: spin, then sleep until every thread arrived.
+  void arrive_and_wait(OwnCpu& own) {
+    own.finished();
+    const int team = own.team();
+    if (arrive_and_spin(team)) return;
+#if defined(__linux__)
+    own.free_teammates();
+    __atomic_add_fetch(&sleepers_, 1u, __ATOMIC_SEQ_CST);
+    for (;;) {
+      const uint32_t seen = __atomic_load_n(&arrived_, __ATOMIC_SEQ_CST);
+      if (int(seen) >= team) return;
+      // A bounded wait: a wake-up lost in between costs a millisecond, never a hang.
+      timespec ms = {0, 1000000};
+      syscall(SYS_futex, &arrived_, FUTEX_WAIT_PRIVATE, seen, &ms, nullptr, 0);
+    }
+#else
+    while (int(__atomic_load_n(&arrived_, __ATOMIC_SEQ_CST)) < team) {
+    }
+#endif
+  }
+  // A team whose threads stay where the scheduler puts them (row kernels): the spin only, then
+  // on to the region's barrier. Returns whether every thread arrived. (A row kernel's thread that
+  // slept here lost more than it gained with one core busy: add 4096^2 1.07x the time.)
+  bool arrive_and_spin(int team) {
+    const uint32_t arrived = __atomic_add_fetch(&arrived_, 1u, __ATOMIC_SEQ_CST);
+    if (int(arrived) >= team) {
+#if defined(__linux__)
+      if (__atomic_load_n(&sleepers_, __ATOMIC_SEQ_CST) > 0)
+        syscall(SYS_futex, &arrived_, FUTEX_WAKE_PRIVATE, 0x7fffffff, nullptr, nullptr, 0);
+#endif
+      return true;
+    }
+#if defined(__linux__)
+    const int64_t start = now_ns();
+    while (now_ns() - start < kTeamSpinNs)
+      if (int(__atomic_load_n(&arrived_, __ATOMIC_SEQ_CST)) >= team) return true;
+#endif
+    return false;
+  }
+
+ private:
+#if defined(__linux__)
+  static int64_t now_ns() {
+    timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
+  }
+#endif
+  uint32_t arrived_ = 0;  // threads with no grid steps left (the futex word)
+  uint32_t sleepers_ = 0;
 };
 
 // ---- streaming (non-temporal) stores: config `stores: stream` ----
