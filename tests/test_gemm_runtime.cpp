@@ -2,10 +2,11 @@
 // the test binary's flags (the portable vector path; generated kernels get -march=native): packing
 // from every layout and element type, and block products over every operand view, against
 // exact integer-valued references.
-#include <gtest/gtest.h>
-
+#include <cstring>
 #include <random>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "backends/cpu/packing.h"
 #include "backends/cpu/runtime/deuteron_gemm.h"
@@ -79,6 +80,34 @@ TEST(GemmRuntime, PackBLayouts) {
             ASSERT_EQ(p[size_t((j / NR) * NR * k + kk * NR + j % NR)], want)
                 << "variant " << variant << " n " << n << " k " << k << " at " << kk << ", " << j;
           }
+      }
+    }
+}
+
+// Threads that share one packed copy pack a column panel each (dt::SharedPack): packed panel by
+// panel, in any order, the copy has the same bits as packed whole.
+TEST(GemmRuntime, PackBByPanelsMatchesTheWholeCopy) {
+  std::mt19937 rng(3);
+  for (int64_t n : {1, 17, 64, 65, 200})
+    for (int64_t k : {1, 7, 33}) {
+      std::vector<float> b(size_t(k * n));
+      for (auto& x : b) x = float(int(rng() % 200) - 100) / 7.0f;
+      const int64_t panels = panels_of(n);
+      ASSERT_EQ(panels, (n + NR - 1) / NR);
+      for (int pairs = 0; pairs < 2; ++pairs) {
+        std::vector<float> whole(size_t(packed_b_size(k, n)), -1.0f), by_panel(whole.size(), -2.0f);
+        std::vector<int64_t> order(static_cast<size_t>(panels));
+        for (int64_t i = 0; i < panels; ++i) order[size_t(i)] = panels - 1 - i;
+        if (pairs) {
+          pack_b_pairs<F32>(b.data(), n, 1, k, n, k, whole.data());
+          for (int64_t q : order) pack_b_pairs<F32>(b.data(), n, 1, k, n, k, by_panel.data(), q, q + 1);
+        } else {
+          pack_b<F32>(b.data(), n, 1, k, n, k, whole.data());
+          for (int64_t q : order) pack_b<F32>(b.data(), n, 1, k, n, k, by_panel.data(), q, q + 1);
+        }
+        for (size_t i = 0; i < whole.size(); ++i)
+          ASSERT_EQ(std::memcmp(&whole[i], &by_panel[i], sizeof(float)), 0)
+              << "pairs " << pairs << " n " << n << " k " << k << " at " << i;
       }
     }
 }

@@ -238,4 +238,48 @@ TEST(TeamEnd, AWaiterFreesAMovedTeammate) {
   EXPECT_EQ(freed_to, before);
 }
 
+// dt::SharedPack: the team packs every piece of a shared copy exactly once, and no thread
+// passes wait() before every piece is packed, also when a teammate is slow with its piece or
+// starts after the others have claimed them all.
+TEST(SharedPack, EveryPieceOnceAndNoThreadReadsBeforeAllArePacked) {
+  for (int team : {1, 2, 3, 4})
+    for (int64_t pieces : {1, 5, 64})
+      for (int slow_ms : {0, 20}) {
+        dt::SharedPack pack(pieces);
+        std::vector<std::atomic<int>> packs(static_cast<size_t>(pieces));
+        std::vector<int64_t> missing_at_wait(static_cast<size_t>(team), -1);
+        std::vector<std::thread> threads;
+        std::atomic<bool> first_claimed{false};
+        for (int t = 0; t < team; ++t)
+          threads.emplace_back([&, t] {
+            // Thread 0 claims first and is slow with that piece: its teammates wait for it.
+            if (t > 0)
+              while (!first_claimed.load()) std::this_thread::yield();
+            bool slow = t == 0 && slow_ms > 0;
+            for (int64_t piece = 0; pack.claim(&piece); pack.packed(), slow = false) {
+              first_claimed = true;
+              if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+              packs[size_t(piece)].fetch_add(1);
+            }
+            pack.wait();
+            int64_t missing = 0;
+            for (const std::atomic<int>& n : packs) missing += n.load() == 0;
+            missing_at_wait[size_t(t)] = missing;
+          });
+        for (std::thread& th : threads) th.join();
+        for (int64_t i = 0; i < pieces; ++i)
+          EXPECT_EQ(packs[size_t(i)].load(), 1) << "team " << team << ", piece " << i << " of " << pieces;
+        for (int t = 0; t < team; ++t)
+          EXPECT_EQ(missing_at_wait[size_t(t)], 0)
+              << "team " << team << ", thread " << t << ", slow " << slow_ms;
+      }
+  // A thread that starts after the others packed everything packs nothing and does not wait.
+  dt::SharedPack pack(3);
+  for (int64_t piece = 0; pack.claim(&piece); pack.packed()) {
+  }
+  int64_t late = -1;
+  EXPECT_FALSE(pack.claim(&late));
+  pack.wait();
+}
+
 }  // namespace

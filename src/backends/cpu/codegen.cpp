@@ -136,6 +136,11 @@ class Generator {
     // asleep, so that a thread parked on a busy CPU can be moved onto theirs.
     if (dynamic_schedule())
       line("dt::TeamEnd team_end;  // where threads out of grid steps wait for the rest");
+    for (const plan::BlockSpec& s : p_.operands)
+      if (p_.staging_of(s).shared)
+        line(fmt::format(
+            "dt::SharedPack shared{}(dt::gemm::panels_of({}));  // {}'s column panels, packed by the team",
+            s.op, shared_columns(s), shown(k_.tensors[size_t(s.tensor)].name)));
     line(fmt::format("#pragma omp parallel num_threads({})", p_.threads));
     line("{");
     ++indent_;
@@ -149,6 +154,7 @@ class Generator {
       for (const plan::Item& it : p_.bodies[size_t(&grid - k_.loops.data())])
         if (!it.is_loop && hoisted(it.group)) emit_group(it.group);
     }
+    shared_packs(own_cpus);
     if (dynamic_schedule()) {
       line(own_cpus ? "for (int64_t first = 0, last = 0; own_cpu.settle(), grid_steps.claim(&first, &last);)"
                 : "for (int64_t first = 0, last = 0; grid_steps.claim(&first, &last);)");
@@ -189,6 +195,19 @@ class Generator {
     line("}");
     if (rt_) scratch_function();
     return out_;
+  }
+
+  // The copies the team shares (Staging::shared), packed before any thread's grid steps.
+  void shared_packs(bool own_cpus) {
+    bool any = false;
+    for (const plan::BlockSpec& s : p_.operands) {
+      if (!p_.staging_of(s).shared) continue;
+      if (!any && own_cpus) line("own_cpu.settle();  // on a CPU of its own before it packs");
+      any = true;
+      emit_packed_copy(s, k_.loops[size_t(s.loop)], true);
+    }
+    for (const plan::BlockSpec& s : p_.operands)
+      if (p_.staging_of(s).shared) line(fmt::format("shared{}.wait();", s.op));
   }
 
   // A general variant's fast memory per thread at this call's sizes (a sum of whole cache lines).
@@ -641,11 +660,14 @@ class Generator {
                              : fmt::format(", staged operand, {} blocks ahead", spec->buffers - 1);
       // Booleans are kept as bytes: GCC does not vectorise loads of `bool` (no vector type).
       const char* elem = val.dtype == DType::boolean ? "uint8_t" : ctype(val.dtype);
+      const bool shared = spec && p_.staging_of(*spec).shared;
+      if (shared) what = ", resident operand the team shares, in thread 0's scratch";
       line(fmt::format("{}* const m{} = reinterpret_cast<{}*>({});  // {} [{}]{}", elem, v, elem,
-                       at_index("fast", slot.offset), at_value(v), fmt::join(dims, " x "), what));
+                       at_index(shared ? "scratch" : "fast", slot.offset), at_value(v),
+                       fmt::join(dims, " x "), what));
     }
     for (const plan::BlockSpec& s : p_.operands)
-      if (s.reuse && s.placement != plan::Placement::InPlace)
+      if (s.reuse && s.placement != plan::Placement::InPlace && !p_.staging_of(s).shared)
         line(fmt::format("int64_t tag{} = -1;  // grid block whose {} is in m{} (-1: none yet)", s.op,
                          shown(k_.tensors[size_t(s.tensor)].name), k_.ops[size_t(s.op)].result));
   }
@@ -1693,6 +1715,11 @@ class Generator {
   // Stages an operand into fast memory: a streamed one's block for this iteration (prefetching
   // the next ones), or a resident one's whole extent in the loop, once before the loop.
   void emit_block_copy(const plan::BlockSpec& s, const ir::Loop& l, bool resident) {
+    if (p_.staging_of(s).shared) {
+      line(fmt::format("// {}: packed by the team before its grid steps",
+                       shown(k_.tensors[size_t(s.tensor)].name)));
+      return;
+    }
     if (p_.staging_of(s).dot >= 0) {
       emit_packed_copy(s, l, resident);
       return;
@@ -1825,13 +1852,24 @@ class Generator {
   }
   // Packs operand r's block (at the current position, batch dims at i_*) into `dst`; `pairs`:
   // as bf16 pairs where the CPU multiplies them (pack_*_pairs).
-  void pack_call(const ir::Op& load, ir::ValueId operand, int r, const std::string& dst, bool pairs) {
+  // `panels`: ", first, end" to pack only those column panels of a b operand.
+  void pack_call(const ir::Op& load, ir::ValueId operand, int r, const std::string& dst, bool pairs,
+                 const std::string& panels = "") {
     const auto& d = k_.value(operand).dims;
     int rows = d[d.size() - 2], cols = d.back();
     Src src = tensor_src(load, rows, cols);
     std::string kstride = extent_of(r == 0 ? cols : rows);
-    line(fmt::format("dt::gemm::pack_{}{}<{}>({}, {}, {}, {}, {}, {}, {});", r == 0 ? "a" : "b", pairs ? "_pairs" : "",
-                     src.elem, src.ptr, src.rs, src.cs, count(rows), count(cols), kstride, dst));
+    line(fmt::format("dt::gemm::pack_{}{}<{}>({}, {}, {}, {}, {}, {}, {}{});", r == 0 ? "a" : "b",
+                     pairs ? "_pairs" : "", src.elem, src.ptr, src.rs, src.cs, count(rows), count(cols),
+                     kstride, dst, panels));
+  }
+  // The columns of one packed slab of a shared copy (the pieces its team packs are their panels,
+  // each over every block of the loop): a block of the loop's axis where the loop runs along
+  // the columns.
+  std::string shared_columns(const plan::BlockSpec& s) const {
+    const Staging& st = p_.staging_of(s);
+    const int cols = k_.value(k_.ops[size_t(st.dot)].inputs[size_t(st.dot_operand)]).dims.back();
+    return cols == k_.loops[size_t(s.loop)].axes.front() ? "B_" + axis(cols) : count(cols);
   }
   // Linear index of the operand's batch position (its non-one batch dims, at i_*) in slabs.
   std::string batch_slab(ir::ValueId operand) const {
@@ -1853,7 +1891,8 @@ class Generator {
   }
 
   // Packs a dot operand's block (staged: this iteration's; resident: every block of the loop)
-  // into fast memory in the micro-kernel's layout.
+  // into fast memory in the micro-kernel's layout. A shared copy (Staging::shared) is packed
+  // before the grid steps, a column panel at a time as the team claims them.
   void emit_packed_copy(const plan::BlockSpec& s, const ir::Loop& l, bool resident) {
     const ir::Op& load = k_.ops[size_t(s.op)];
     const Staging& st = p_.staging_of(s);
@@ -1861,13 +1900,24 @@ class Generator {
     ir::ValueId operand = dop.inputs[size_t(st.dot_operand)];
     ir::ValueId v = load.result;
     scalars_.clear();
-    line(fmt::format("// pack {} {} of {} into fast memory as operand {} of the dot at {}",
-                     resident ? "every block" : "this block",
-                     l.grid ? "(for this grid step)" : resident ? "of the loop" : "(stream)",
-                     shown(k_.tensors[size_t(load.tensor)].name), st.dot_operand == 0 ? "a" : "b", at(dop.loc)));
-    line("{");
+    const std::string name = shown(k_.tensors[size_t(load.tensor)].name);
+    if (st.shared) {
+      line(fmt::format(
+          "// pack every block of the loop of {} as operand b of the dot at {}, once for the team: each",
+          name, at(dop.loc)));
+      line("// thread packs the column panels it claims, then waits for the rest (dt::SharedPack)");
+      line(fmt::format("for (int64_t panel = 0; shared{}.claim(&panel); shared{}.packed()) {{", s.op, s.op));
+    } else {
+      line(fmt::format("// pack {} {} of {} into fast memory as operand {} of the dot at {}",
+                       resident ? "every block" : "this block",
+                       l.grid     ? "(for this grid step)"
+                       : resident ? "of the loop"
+                                  : "(stream)",
+                       name, st.dot_operand == 0 ? "a" : "b", at(dop.loc)));
+      line("{");
+    }
     ++indent_;
-    if (s.reuse) {
+    if (s.reuse && !st.shared) {
       line(fmt::format("const int64_t key = {};", reuse_key(s)));
       line(fmt::format("if (tag{} != key) {{  // not already packed by this thread's previous grid step", s.op));
       ++indent_;
@@ -1890,14 +1940,15 @@ class Generator {
       if (od[i] != ir::kOne) batch.push_back(od[i]);
     open_nest(batch, "", [](size_t) {});
     std::string b = batch_slab(operand);
-    pack_call(load, operand, st.dot_operand, b.empty() ? dst : fmt::format("{} + ({}) * {}", dst, b, slab2d(operand, st.dot_operand).text()),
-              p_.gemm_for_op(st.dot)->bf16_pairs);
+    pack_call(load, operand, st.dot_operand,
+              b.empty() ? dst : fmt::format("{} + ({}) * {}", dst, b, slab2d(operand, st.dot_operand).text()),
+              p_.gemm_for_op(st.dot)->bf16_pairs, st.shared ? ", panel, panel + 1" : "");
     close_nest(batch, [](size_t) {});
     if (blocks) {
       --indent_;
       line("}");
     }
-    if (s.reuse) {
+    if (s.reuse && !st.shared) {
       --indent_;
       line("}");
     }

@@ -679,14 +679,14 @@ class Refiner {
     }
     p_.fast_memory_bytes = bytes;
     // A resident packed copy that no grid index selects (matmul_layernorm's y[k, all]: every grid
-    // step reads all of it) is packed at a thread's first step and reused by all its others. The
-    // micro-kernel works on one packed column panel of it at a time, which must fit the L2 with
-    // the rest; the whole copy may live in the thread's share of the last-level cache.
-    int64_t l3_share = (cpu_info().l3_bytes > 0 ? cpu_info().l3_bytes : int64_t(32) << 20) / 2 /
-                       std::max(p_.threads, 1);
+    // step reads all of it) is packed once by the whole team before the grid steps, and all its
+    // threads read that one copy (Staging::shared). The micro-kernel works on one packed column
+    // panel of it at a time, which must fit the L2 with the rest; the whole copy may take half
+    // of the last-level cache.
+    int64_t l3_share = (cpu_info().l3_bytes > 0 ? cpu_info().l3_bytes : int64_t(32) << 20) / 2;
     for (size_t i = 0; i < p_.operands.size(); ++i) {
       const plan::BlockSpec& s = p_.operands[i];
-      const Staging& st = p_.staging[i];
+      Staging& st = p_.staging[i];
       if (s.placement != plan::Placement::Resident || st.dot < 0 || st.dot_operand != 1 || !s.reuse ||
           !s.reuse_axes.empty() || st.fast_bytes > l3_share)
         continue;
@@ -695,6 +695,7 @@ class Refiner {
       if (panel >= st.fast_bytes) continue;
       bytes -= round64(st.fast_bytes) - panel;
       p_.l3_resident_bytes += round64(st.fast_bytes);
+      st.shared = true;
     }
     if (!limits_) return;
     p_.fast_memory_budget = limits_->fast_memory_bytes;
@@ -735,9 +736,10 @@ std::string describe(const CpuPlan& p) {
                        g.bf16_pairs ? ", both packed as bf16 (pairs of K steps for vdpbf16ps where the CPU has it)" : "");
   }
   if (p.l3_resident_bytes > 0)
-    out += fmt::format("    {} KiB of the scratch: resident copies every grid step reads whole, packed at a thread's first "
-                       "step and kept in the L3 (one column panel at a time in the L2)\n",
-                       (p.l3_resident_bytes + 1023) / 1024);
+    out += fmt::format(
+        "    {} KiB of the scratch: resident copies every grid step reads whole, packed by the team before "
+        "its grid steps, one copy all threads read, kept in the L3 (one column panel at a time in the L2)\n",
+        (p.l3_resident_bytes + 1023) / 1024);
   for (int o : p.hoisted)
     out += fmt::format("    the group of line {} runs once per thread, before the grid steps: it depends on no grid index\n",
                        k.op(o).loc.line());

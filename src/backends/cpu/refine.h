@@ -55,6 +55,10 @@ struct Staging {
   int dot = -1;
   int dot_operand = -1;
   int64_t slab_elements = 0;  // packed floats per block (all batch dims of the operand)
+  // A resident packed copy that no grid index selects: the team packs it once, before its grid
+  // steps, into thread 0's scratch, and every thread reads it there (dt::SharedPack). The other
+  // threads' scratch keeps room for it, unused (the entry point's scratch is per thread).
+  bool shared = false;
 };
 
 // An output row written with streaming (non-temporal) stores, past the caches (config `stores:
@@ -131,8 +135,8 @@ struct CpuPlan : plan::Plan {
   // them once, before its grid steps, instead of in every step (cross_entropy counts all N
   // labels that are not ignored for the mean's denominator: 4% of its time in every step).
   std::vector<int> hoisted;
-  // Scratch bytes of resident packed copies no grid index selects, checked against the thread's
-  // share of the last-level cache instead of the L2 (one column panel each counts there).
+  // Scratch bytes of resident packed copies no grid index selects (Staging::shared), checked
+  // against half the last-level cache instead of the L2 (one column panel each counts there).
   int64_t l3_resident_bytes = 0;
 
   const Gemm* gemm_for_op(int op) const;

@@ -1020,6 +1020,15 @@ class OwnCpu {
 // Linux moves a parked teammate onto it (bmm with one core busy: 0.969x the time). The last
 // thread to arrive wakes the sleepers. (Declared before the region, shared by its team.)
 inline constexpr int64_t kTeamSpinNs = 50000;
+#if defined(__linux__)
+namespace detail {
+DT_INLINE int64_t now_ns() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+}  // namespace detail
+#endif
 class TeamEnd {
  public:
   TeamEnd() = default;
@@ -1059,23 +1068,58 @@ class TeamEnd {
       return true;
     }
 #if defined(__linux__)
-    const int64_t start = now_ns();
-    while (now_ns() - start < kTeamSpinNs)
+    const int64_t start = detail::now_ns();
+    while (detail::now_ns() - start < kTeamSpinNs)
       if (int(__atomic_load_n(&arrived_, __ATOMIC_SEQ_CST)) >= team) return true;
 #endif
     return false;
   }
 
  private:
-#if defined(__linux__)
-  static int64_t now_ns() {
-    timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
-  }
-#endif
   uint32_t arrived_ = 0;  // threads with no grid steps left (the futex word)
   uint32_t sleepers_ = 0;
+};
+
+// ---- a packed copy that a team shares ---------------------------------------------------------
+// A resident dot operand that no grid index selects (matmul_layernorm's y[k, all]) is read whole
+// by every grid step. Its team packs it once, into one copy that all its threads read, before
+// any grid step: each thread claims the next unpacked piece (a column panel) until none is
+// left, then waits for the pieces its teammates are still packing. A thread that starts late
+// finds every piece claimed and packs nothing. So a team of T threads packs the copy once where
+// each thread packed all of it, and T threads keep one copy in the shared cache, not T.
+// (Declared before the region, shared by its team.)
+class SharedPack {
+ public:
+  explicit SharedPack(int64_t pieces) : pieces_(pieces) {}
+  SharedPack(const SharedPack&) = delete;
+  SharedPack& operator=(const SharedPack&) = delete;
+
+  // The next piece to pack, if any is left.
+  bool claim(int64_t* piece) {
+    *piece = __atomic_fetch_add(&next_, 1, __ATOMIC_RELAXED);
+    return *piece < pieces_;
+  }
+  // A claimed piece is packed: its stores are visible to whoever wait()s after this.
+  void packed() { __atomic_add_fetch(&packed_, 1, __ATOMIC_RELEASE); }
+  // Until every piece is packed. A piece takes microseconds: spin, then yield the CPU (to a
+  // teammate parked on it) while it takes longer than TeamEnd's spin.
+  void wait() const {
+    if (done()) return;
+#if defined(__linux__)
+    const int64_t start = detail::now_ns();
+    while (!done())
+      if (detail::now_ns() - start > kTeamSpinNs) sched_yield();
+#else
+    while (!done()) {
+    }
+#endif
+  }
+
+ private:
+  bool done() const { return __atomic_load_n(&packed_, __ATOMIC_ACQUIRE) >= pieces_; }
+  const int64_t pieces_;
+  int64_t next_ = 0;    // pieces claimed (past pieces_ once all are)
+  int64_t packed_ = 0;  // pieces packed
 };
 
 // ---- streaming (non-temporal) stores: config `stores: stream` ----

@@ -58,6 +58,7 @@ inline constexpr int kRegisters = 16;  // ymm0-15
 inline constexpr int MR = (kRegisters - kNV - 1) / kNV;
 static_assert(MR == 6, "the edge micro-kernels assume 6-row panels");
 inline constexpr int NR = kVec * kNV;
+DG_INLINE constexpr int64_t panels_of(int64_t columns) { return (columns + NR - 1) / NR; }
 // K is processed in chunks of KC: an A panel (MR x KC floats) stays in L1 while the micro-kernel
 // sweeps the B panels; longer chunks load and store each C tile less often. The panel takes at
 // most a quarter of the L1D the compiler passes in (DT_L1D_BYTES, from CPUID), leaving the rest
@@ -462,11 +463,13 @@ DG_INLINE void transpose(vec* x) {
 }  // namespace detail
 
 // Packs B (K x N), element (k, j) at src[k*rs + j*cs], into NR-column panels: element (k, j) at
-// dst[(j / NR)*NR*kstride + k*NR + j % NR]. Columns past N in the last panel are zero.
+// dst[(j / NR)*NR*kstride + k*NR + j % NR]. Columns past N in the last panel are zero. Only
+// panels [first_panel, end_panel) where given: threads that share one copy pack a panel each.
+inline constexpr int64_t kAllPanels = INT64_MAX;
 template <int E>
 static inline void pack_b(const void* src, int64_t rs, int64_t cs, int64_t K, int64_t N, int64_t kstride,
-                          float* __restrict dst) {
-  for (int64_t j0 = 0; j0 < N; j0 += NR) {
+                          float* __restrict dst, int64_t first_panel = 0, int64_t end_panel = kAllPanels) {
+  for (int64_t j0 = first_panel * NR; j0 < N && j0 / NR < end_panel; j0 += NR) {
     float* d = dst + (j0 / NR) * NR * kstride;
     const int64_t n = N - j0 < NR ? N - j0 : NR;
     if (cs == 1 && n == NR) {
@@ -899,12 +902,14 @@ static inline void pack_a_pairs(const void* src, int64_t rs, int64_t cs, int64_t
   }
 }
 
-// Packs B (K x N, bf16 or f32, element (k, j) at src[k*rs + j*cs]) as pair panels.
+// Packs B (K x N, bf16 or f32, element (k, j) at src[k*rs + j*cs]) as pair panels (the panels
+// [first_panel, end_panel) where given, as pack_b).
 template <int E>
-static inline void pack_b_pairs(const void* src, int64_t rs, int64_t cs, int64_t K, int64_t N, int64_t kstride,
-                                float* __restrict dst) {
+static inline void pack_b_pairs(const void* src, int64_t rs, int64_t cs, int64_t K, int64_t N,
+                                int64_t kstride, float* __restrict dst, int64_t first_panel = 0,
+                                int64_t end_panel = kAllPanels) {
   const int64_t K2 = (K + 1) / 2;
-  for (int64_t j0 = 0; j0 < N; j0 += NR) {
+  for (int64_t j0 = first_panel * NR; j0 < N && j0 / NR < end_panel; j0 += NR) {
     uint32_t* d = reinterpret_cast<uint32_t*>(dst + (j0 / NR) * NR * kstride);
     const int64_t n = N - j0 < NR ? N - j0 : NR;
     int64_t k2 = 0;
@@ -956,9 +961,10 @@ static inline void pack_a_pairs(const void* src, int64_t rs, int64_t cs, int64_t
   pack_a<E>(src, rs, cs, M, K, kstride, dst);
 }
 template <int E>
-static inline void pack_b_pairs(const void* src, int64_t rs, int64_t cs, int64_t K, int64_t N, int64_t kstride,
-                                float* __restrict dst) {
-  pack_b<E>(src, rs, cs, K, N, kstride, dst);
+static inline void pack_b_pairs(const void* src, int64_t rs, int64_t cs, int64_t K, int64_t N,
+                                int64_t kstride, float* __restrict dst, int64_t first_panel = 0,
+                                int64_t end_panel = kAllPanels) {
+  pack_b<E>(src, rs, cs, K, N, kstride, dst, first_panel, end_panel);
 }
 DG_INLINE AView a_packed_pairs(const float* p, int64_t kstride) { return a_packed(p, kstride); }
 DG_INLINE BView b_packed_pairs(const float* p, int64_t kstride) { return b_packed(p, kstride); }
