@@ -2,18 +2,18 @@
 // interpret mode; triton under Triton's interpreter), at ragged lengths (not a power of two, so
 // triton's blocks are padded) and at length 1, against references written here as plain loops
 // in double precision (int64 for integers).
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "api/api.h"
-#include "driver/driver.h"
+#include "backends/cpu/refine.h"
 #include "deuteron/deuteron.h"
+#include "driver/driver.h"
 #include "test_support.h"
 
 namespace deuteron {
@@ -323,6 +323,13 @@ TEST_P(Scans, GeneratedCodeIsStableAndNamed) {
   auto s = driver::specialize(cumsum_rows, frontend::describe_args(cumsum_rows, {x}), "cpu");
   std::string rows = s.backend->emit(driver::lower(s, s.space.default_config()));
   EXPECT_NE(rows.find("dt::cumsum_rows_f32_in_double("), std::string::npos) << rows;
+  // Each scan writes its rows straight into its output, so neither result takes fast memory:
+  // the plan counts none (x is read in place, and plain stores need no row buffer).
+  config::Config cached = s.space.default_config();
+  if (cached.has("stores")) cached.set("stores", "cached");
+  cpu::CpuPlan plan = cpu::refine(driver::lower(s, cached));
+  EXPECT_EQ(plan.scan_stores.size(), 2u);
+  EXPECT_EQ(plan.fast_memory_bytes, 0) << cached.dump();
   config::Config one = s.space.default_config();
   for (const auto& [name, value] : one.values())
     if (name.rfind("block_", 0) == 0 && value.is_number_integer()) one.set(name, 1);

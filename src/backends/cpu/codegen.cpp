@@ -270,10 +270,14 @@ class Generator {
         line(fmt::format("// {} {}: {}[{}]", t.role == ir::HostRole::Input ? "input " : "output", shown(t.name),
                          dtype_name(t.dtype), fmt::join(t.shape, ", ")));
     if (rt_) line(fmt::format("// fast memory: {} bytes per thread", fast_bytes()));
-    else if (unstored_.empty()) line(fmt::format("// fast memory: {} bytes per thread", p_.fast_memory_bytes));
-    else  // a scan's result stored straight into its tensor (fuse_scan_stores) needs none
-      line(fmt::format("// fast memory: {} bytes per thread (the plan's {}, less the scans' rows written to their tensors)",
-                       fast_bytes(), p_.fast_memory_bytes));
+    else {
+      Bytes end;
+      layout(&end);
+      if (end.fixed > p_.fast_memory_bytes)  // the caller allocates the plan's figure
+        throw std::logic_error(fmt::format("codegen: {} bytes of fast memory laid out, {} planned", end.fixed,
+                                           p_.fast_memory_bytes));
+      line(fmt::format("// fast memory: {} bytes per thread", p_.fast_memory_bytes));
+    }
     line("#include \"deuteron_cpu.h\"");
     if (!p_.gemms.empty()) {
       line("#include \"deuteron_gemm.h\"  // hl::dot: micro-kernel and packing");
@@ -1536,11 +1540,7 @@ class Generator {
   }
 
   // A float cumsum along its result's contiguous dim: emit_simd_cumsum.
-  bool simd_cumsum(const ir::Op& op) const {
-    const ir::Combine& c = k_.combines[size_t(op.combine)];
-    return ir::combine_binary(k_, c) == ir::BinaryFn::Add && is_floating(k_.value(op.result).dtype) &&
-           contiguous_along(op.result, k_.value(op.inputs[0]).dims[size_t(op.dim)]);
-  }
+  bool simd_cumsum(const ir::Op& op) const { return is_row_cumsum(k_, op); }
 
   // Whether axis `a` is the last dim of value v's fast-memory array (its elements along `a` are
   // consecutive).
@@ -1579,19 +1579,12 @@ class Generator {
     else if (const ir::Op* def = k_.def(v); def && def->kind == OpKind::Load) st = tensor_stride(*def, a);
     return st == "0" ? "" : st;
   }
-  // Whether a load or store at op's indices runs along an f32 tensor's contiguous last dim for axis a.
-  bool row_in_tensor(const ir::Op& op, int a) const {
-    const ir::HostTensor& t = k_.tensors[size_t(op.tensor)];
-    if (t.dtype != DType::f32 || op.index.empty() || t.strides.back() != 1 || op.atomic_add) return false;
-    for (const ir::Index& e : op.index)
-      if (e.kind == ir::Index::Kind::Gather || (e.kind == ir::Index::Kind::Scalar && e.value >= 0)) return false;
-    return op.index.back().kind == ir::Index::Kind::Axis && op.index.back().axis == a;
-  }
+  bool row_in_tensor(const ir::Op& op, int a) const { return along_f32_row(k_, op, a); }
 
   // A float cumsum along its array's contiguous dim, a row at a time, by dt::cumsum_f32_in_double
   // (SIMD prefix sums in double; deuteron_cpu.h says in which order it adds). It reads the row
   // where it is (an f32 tensor in place, or fast memory), or first writes the scanned values
-  // into its destination; and where fuse_scan_stores found the next group storing the result
+  // into its destination; and where the plan found the next group storing the result
   // into an f32 tensor's rows, it writes there, so that the row crosses memory once (the store's
   // group then skips it). Into fast memory and out again in a separate pass measured 6.0 ms
   // against 2.8 ms at [8192, 2560]: the scan's chain and the copy's memory traffic do not
@@ -1659,39 +1652,14 @@ class Generator {
     scalars_.clear();
   }
 
-  // The stores emit_simd_cumsum makes itself, decided before anything is emitted (the results
-  // they store then need no fast memory): per scan op, the store op of the group after it, when
-  // that store writes the result unchanged into an f32 tensor's rows and nothing else uses it.
+  // The stores emit_simd_cumsum makes itself (CpuPlan::scan_stores): the results they store
+  // need no fast memory.
   void fuse_scan_stores() {
-    std::vector<int> uses = ir::use_counts(k_);
-    for (const std::vector<plan::Item>& items : p_.bodies)
-      for (size_t i = 0; i + 1 < items.size(); ++i) {
-        const plan::Group& g = items[i].group;
-        if (items[i].is_loop || items[i + 1].is_loop || g.ops.size() != 1) continue;
-        const ir::Op& op = k_.ops[size_t(g.ops[0])];
-        if (op.kind != OpKind::Scan || !simd_cumsum(op) || uses[size_t(op.result)] != 1) continue;
-        int sa = k_.value(op.inputs[0]).dims[size_t(op.dim)];
-        const std::vector<int>& next = items[i + 1].group.ops;
-        int store = -1;
-        for (int o : next) {
-          const ir::Op& s = k_.ops[size_t(o)];
-          if (s.kind == OpKind::Store && s.inputs.back() == op.result && row_in_tensor(s, sa)) store = o;
-        }
-        // Stored row by row before the next group runs: nothing in the kernel may read that tensor
-        // (the block's other rows, in the row the scan reads, would see it early), and no other op
-        // of the next group write it.
-        int target = store < 0 ? -1 : k_.ops[size_t(store)].tensor;
-        ir::walk(k_, [&](const ir::Stmt& st, int) {
-          if (st.kind != ir::Stmt::Kind::Op || k_.op(st.id).tensor != target) return;
-          const ir::OpKind kind = k_.op(st.id).kind;
-          bool writes_next = kind == OpKind::Store && st.id != store && std::count(next.begin(), next.end(), st.id);
-          if (kind == OpKind::Load || writes_next) store = -1;
-        });
-        if (store < 0) continue;
-        fused_store_[g.ops[0]] = store;
-        fused_.insert(store);
-        unstored_.insert(op.result);
-      }
+    for (const auto& [scan, store] : p_.scan_stores) {
+      fused_store_[scan] = store;
+      fused_.insert(store);
+      unstored_.insert(k_.op(scan).result);
+    }
   }
 
   // Copies `from` (an expression per element) into the fast-memory array of `to`.

@@ -52,6 +52,27 @@ std::vector<KeptValue> CpuPlan::kept_in(const plan::Group& g) const {
   return out;
 }
 
+bool is_row_cumsum(const ir::Kernel& k, const ir::Op& scan) {
+  if (scan.kind != ir::OpKind::Scan) return false;
+  const ir::Combine& c = k.combines[size_t(scan.combine)];
+  const std::vector<int>& dims = k.value(scan.result).dims;
+  const int along = k.value(scan.inputs[0]).dims[size_t(scan.dim)];
+  int last = -1;  // the value's contiguous dim in its fast-memory array
+  for (size_t i = dims.size(); i-- > 0 && last < 0;)
+    if (dims[i] != ir::kOne) last = dims[i];
+  return ir::combine_binary(k, c) == ir::BinaryFn::Add && is_floating(k.value(scan.result).dtype) &&
+         last == along;
+}
+
+bool along_f32_row(const ir::Kernel& k, const ir::Op& op, int a) {
+  const ir::HostTensor& t = k.tensors[size_t(op.tensor)];
+  if (t.dtype != DType::f32 || op.index.empty() || t.strides.back() != 1 || op.atomic_add) return false;
+  for (const ir::Index& e : op.index)
+    if (e.kind == ir::Index::Kind::Gather || (e.kind == ir::Index::Kind::Scalar && e.value >= 0))
+      return false;
+  return op.index.back().kind == ir::Index::Kind::Axis && op.index.back().axis == a;
+}
+
 std::vector<int> streamable_stores(const ir::Kernel& k) {
   std::vector<int> loop_of = ir::loop_of_ops(k);  // -1: dead
   std::vector<int> accesses(k.tensors.size(), 0);
@@ -143,6 +164,7 @@ class Refiner {
       for (GemmOperand* x : {&g.a, &g.b})
         x->pack_once = x->read == DotRead::PackInGroup && computed_before(*x, g.loop, loop_of);
     accumulate_in_outputs();
+    fuse_scan_stores();
     scratch();
     return std::move(p_);
   }
@@ -649,8 +671,42 @@ class Refiner {
   }
 
   // Scratch per thread: values kept between groups, staged copies, the dots' packing buffers.
+  // CpuPlan::scan_stores.
+  void fuse_scan_stores() {
+    std::vector<int> uses = ir::use_counts(k());
+    for (const std::vector<plan::Item>& items : p_.bodies)
+      for (size_t i = 0; i + 1 < items.size(); ++i) {
+        const plan::Group& g = items[i].group;
+        if (items[i].is_loop || items[i + 1].is_loop || g.ops.size() != 1) continue;
+        const ir::Op& op = k().op(g.ops[0]);
+        if (!is_row_cumsum(k(), op) || uses[size_t(op.result)] != 1) continue;
+        int along = k().value(op.inputs[0]).dims[size_t(op.dim)];
+        const std::vector<int>& next = items[i + 1].group.ops;
+        int store = -1;
+        for (int o : next) {
+          const ir::Op& s = k().op(o);
+          if (s.kind == ir::OpKind::Store && s.inputs.back() == op.result && along_f32_row(k(), s, along))
+            store = o;
+        }
+        // Stored row by row before the next group runs: nothing in the kernel may read that tensor
+        // (the block's other rows, in the row the scan reads, would see it early), and no other op
+        // of the next group write it.
+        int target = store < 0 ? -1 : k().op(store).tensor;
+        ir::walk(k(), [&](const ir::Stmt& st, int) {
+          if (st.kind != ir::Stmt::Kind::Op || k().op(st.id).tensor != target) return;
+          const ir::OpKind kind = k().op(st.id).kind;
+          bool writes_next =
+              kind == ir::OpKind::Store && st.id != store && std::count(next.begin(), next.end(), st.id);
+          if (kind == ir::OpKind::Load || writes_next) store = -1;
+        });
+        if (store >= 0) p_.scan_stores[g.ops[0]] = store;
+      }
+  }
+
   void scratch() {
-    std::vector<bool> staged(k().values.size(), false);  // counted with their block spec
+    std::vector<bool> staged(k().values.size(), false);  // counted with their block spec, or not kept
+    for (const auto& [scan, store] : p_.scan_stores)
+      staged[size_t(k().op(scan).result)] = true;  // in the output
     for (size_t i = 0; i < p_.operands.size(); ++i) {
       const plan::BlockSpec& s = p_.operands[i];
       if (s.placement == plan::Placement::InPlace) continue;

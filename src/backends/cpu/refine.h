@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,12 @@ struct StreamedStore {
   int axis = -1;         // its row: the innermost dim of its group, contiguous in the tensor
   int64_t elements = 0;  // the row buffer: the axis' block
 };
+
+// A float cumsum along its value's contiguous dim: the code generator scans it a row at a time
+// with dt::cumsum_f32_in_double (SIMD prefix sums in double).
+bool is_row_cumsum(const ir::Kernel& k, const ir::Op& scan);
+// Whether a load or store at op's indices runs along an f32 tensor's contiguous last dim for axis a.
+bool along_f32_row(const ir::Kernel& k, const ir::Op& op, int a);
 
 // The Store ops that may stream: each the only access to an output the kernel never reads,
 // at plain tile indices, with the last dim contiguous. The space offers `stores` for these.
@@ -135,6 +142,11 @@ struct CpuPlan : plan::Plan {
   // them once, before its grid steps, instead of in every step (cross_entropy counts all N
   // labels that are not ignored for the mean's denominator: 4% of its time in every step).
   std::vector<int> hoisted;
+  // A row cumsum (is_row_cumsum) whose only use is a Store in the next group, writing it
+  // unchanged along an f32 tensor's rows that nothing in the kernel reads: the scan writes each
+  // row there itself, so that the row crosses memory once, and its result takes no fast memory.
+  // Scan op -> that Store (which its group then skips).
+  std::map<int, int> scan_stores;
   // Scratch bytes of resident packed copies no grid index selects (Staging::shared), checked
   // against half the last-level cache instead of the L2 (one column panel each counts there).
   int64_t l3_resident_bytes = 0;
