@@ -120,7 +120,7 @@ if [ "$MODE" = cpu ]; then
     defined=$(nm --defined-only -P "$lib" 2>/dev/null | grep -v ':$' | awk 'NF>=2 {print $1}' | sort -u)
     needed=$(nm -u -P "$lib" 2>/dev/null | grep -v ':$' | awk '{print $1}' | sort -u | comm -23 - <(echo "$defined"))
     strays=$(grep -v -E '^(GOMP_|omp_|_ZNSt|_ZSt|_ZNKSt|_Znwm|_Znam|_ZdlPv|_ZdaPv|__cxa_thread_atexit|__cxa_|__gxx_|_Unwind_|__tls_get_addr|_GLOBAL_OFFSET_TABLE_|__stack_chk_fail|__dso_handle|_ZTV|_ZTI|_ZTS|__gcc_personality|__cxa)' <<<"$needed" |
-             grep -v -E '^(exp|expf|log|logf|pow|powf|sqrt|sqrtf|tanh|tanhf|erf|erff|aligned_alloc|free|malloc|memcpy|memmove|memset|strlen|snprintf|vsnprintf|abort|strcmp|memcmp|sched_getcpu|sched_getaffinity|sched_setaffinity|clock_gettime|gettid|syscall)(@.*)?$')
+             grep -v -E '^(exp|expf|log|logf|pow|powf|sqrt|sqrtf|tanh|tanhf|erf|erff|aligned_alloc|free|malloc|memcpy|memmove|memset|strlen|snprintf|vsnprintf|abort|strcmp|memcmp|sched_getcpu|sched_getaffinity|sched_setaffinity|sched_yield|clock_gettime|gettid|syscall)(@.*)?$')
     if [ -z "$strays" ] && ! grep -qi deuteron <<<"$needed"; then
       ok "libdeuteron_kernels.a needs only OpenMP, libm, libc and the C++ runtime ($(wc -l <<<"$needed") symbols)"
     else
