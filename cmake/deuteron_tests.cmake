@@ -24,10 +24,10 @@ set_source_files_properties(tests/test_gemm_runtime.cpp tests/test_gemm_pairs.cp
 # The cpu math header's fused path, as generated kernels compile it (-march=native has FMA on
 # every CPU here); the tests call it only where the CPU has FMA.
 set_source_files_properties(tests/test_cpu_math_fma.cpp PROPERTIES COMPILE_OPTIONS -mfma)
-# The 8-row cumsum as kernels compile it with AVX2 and with AVX-512 (tests/cpu_scan_isa.inc); the
-# tests call each only where the CPU has its instructions.
-set_source_files_properties(tests/test_cpu_scan_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-Wno-psabi")
-set_source_files_properties(tests/test_cpu_scan_avx512.cpp PROPERTIES
+# The runtime's ISA-dependent functions as kernels compile them with AVX2 and with AVX-512
+# (tests/cpu_isa.inc); the tests call each only where the CPU has its instructions.
+set_source_files_properties(tests/test_cpu_isa_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-Wno-psabi")
+set_source_files_properties(tests/test_cpu_isa_avx512.cpp PROPERTIES
                             COMPILE_OPTIONS "-mavx512f;-mavx512vl;-mavx512bw;-mavx512dq;-mfma;-Wno-psabi")
 
 # Suites by label (gtest filter patterns); unit is everything else. AutotuneChild.* are run by

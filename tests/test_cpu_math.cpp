@@ -592,14 +592,24 @@ TEST(CpuMath, CumsumInDouble) {
   for (size_t j = 0; j < 40; ++j) EXPECT_EQ(inf[j], j <= 30 ? INFINITY : float(40 - j)) << j;
 }
 
-namespace deuteron::testing_avx2 {  // tests/test_cpu_scan_avx2.cpp, compiled with -mavx2
+namespace deuteron::testing_avx2 {  // tests/test_cpu_isa_avx2.cpp, compiled with -mavx2
 void cumsum_rows(const float* in, int64_t in_rs, float* out, int64_t out_rs, int64_t rows, int64_t n,
                  bool reverse, bool stream);
-}
-namespace deuteron::testing_avx512 {  // tests/test_cpu_scan_avx512.cpp, compiled with -mavx512f
+void exp_chunks(const float* x, float* y, int64_t n, bool base2);
+}  // namespace deuteron::testing_avx2
+namespace deuteron::testing_avx512 {  // tests/test_cpu_isa_avx512.cpp, compiled with -mavx512f
 void cumsum_rows(const float* in, int64_t in_rs, float* out, int64_t out_rs, int64_t rows, int64_t n,
                  bool reverse, bool stream);
+void exp_chunks(const float* x, float* y, int64_t n, bool base2);
+}  // namespace deuteron::testing_avx512
+
+namespace {
+bool has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+bool has_avx512() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
 }
+}  // namespace
 
 // dt::cumsum_rows_f32_in_double, as kernels compile it (AVX2 and AVX-512), against a sequential
 // sum in double per row: rows in whole groups of 8 (transposed tiles) give exactly that sum
@@ -610,11 +620,8 @@ void cumsum_rows(const float* in, int64_t in_rs, float* out, int64_t out_rs, int
 TEST(CpuMath, CumsumRowsInDouble) {
   using Fn = void (*)(const float*, int64_t, float*, int64_t, int64_t, int64_t, bool, bool);
   std::vector<std::pair<const char*, Fn>> isas;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    isas.push_back({"avx2", deuteron::testing_avx2::cumsum_rows});
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
-    isas.push_back({"avx512", deuteron::testing_avx512::cumsum_rows});
+  if (has_avx2()) isas.push_back({"avx2", deuteron::testing_avx2::cumsum_rows});
+  if (has_avx512()) isas.push_back({"avx512", deuteron::testing_avx512::cumsum_rows});
   if (isas.empty()) GTEST_SKIP() << "this CPU has no AVX2";
   uint32_t state = 777;
   auto next = [&] {  // values in [-2, 2)
@@ -666,4 +673,66 @@ TEST(CpuMath, CumsumRowsInDouble) {
                   ++checked;
                 }
   EXPECT_EQ(checked, int(isas.size()) * 6 * 11 * 3 * 3 * 2 * 2 * 2);
+}
+
+// The chunk exponentials (dt::exp_nonpositive_chunk, exp2_nonpositive_chunk), as kernels compile
+// them with AVX2 (an 8-entry table) and AVX-512 (16 entries), against exp in double over every
+// input's -|x|: within 1.1 ulp with 16 entries and 1.5 with 8, 0 exactly below the lane
+// functions' flush thresholds (-86 and -124) and normal above them, NaN for NaN. Built without
+// AVX2 (this file), the chunk functions are the lane functions.
+TEST(CpuMath, ExpNonPositiveChunks) {
+  using Fn = void (*)(const float*, float*, int64_t, bool);
+  struct Isa {
+    const char* name;
+    Fn exp_chunks;
+    double ulps;
+  };
+  std::vector<Isa> isas;
+  if (has_avx2()) isas.push_back({"avx2", deuteron::testing_avx2::exp_chunks, 1.5});
+  if (has_avx512()) isas.push_back({"avx512", deuteron::testing_avx512::exp_chunks, 1.1});
+  std::vector<float> a;
+  for (float x : inputs()) a.push_back(-std::fabs(x));
+  for (float s : {-86.0f, -86.5f, -85.9f, -124.0f, -124.5f, -123.9f, -0.0f}) a.push_back(s);
+  a.push_back(dt::nan());
+  std::vector<float> y(a.size());
+  const int64_t n = int64_t(a.size());  // not a whole number of chunks: the last one is padded
+  ASSERT_NE(n % 64, 0);
+  for (const Isa& isa : isas)
+    for (bool base2 : {false, true}) {
+      isa.exp_chunks(a.data(), y.data(), n, base2);
+      const char* what = base2 ? "exp2" : "exp";
+      const float flush_below = base2 ? -124.0f : -86.0f;
+      double worst = 0;
+      int failures = 0;
+      for (int64_t i = 0; i < n && failures < 10; ++i) {
+        const float x = a[size_t(i)], got = y[size_t(i)];
+        if (std::isnan(x)) {
+          failures += !std::isnan(got);
+          EXPECT_TRUE(std::isnan(got)) << isa.name << " " << what << "(NaN)";
+        } else if (x < flush_below) {
+          failures += got != 0.0f;
+          EXPECT_EQ(got, 0.0f) << isa.name << " " << what << "(" << x << ")";
+        } else {
+          const double r = base2 ? std::exp2(double(x)) : std::exp(double(x));
+          const double err = std::fabs(double(got) - r) / ulp_at(r);
+          worst = std::max(worst, err);
+          failures += !(err <= isa.ulps && got >= FLT_MIN);
+          EXPECT_TRUE(err <= isa.ulps && got >= FLT_MIN)
+              << isa.name << " " << what << "(" << x << ") = " << got << ", " << err << " ulp from " << r;
+        }
+      }
+      std::printf("[   INFO   ] %s %s chunks: worst %.3f ulp\n", isa.name, what, worst);
+    }
+  // The build without AVX2: the lane functions, bit for bit.
+  alignas(64) float chunk[dt::kReduceChunk];
+  for (size_t c = 0; c + dt::kReduceChunk <= a.size(); c += 4099)
+    for (bool base2 : {false, true}) {
+      std::copy(a.begin() + long(c), a.begin() + long(c + dt::kReduceChunk), chunk);
+      base2 ? dt::exp2_nonpositive_chunk(chunk) : dt::exp_nonpositive_chunk(chunk);
+      for (int64_t j = 0; j < dt::kReduceChunk; ++j) {
+        const float x = a[c + size_t(j)];
+        const float lane = base2 ? dt::exp2_nonpositive(x) : dt::exp_nonpositive(x);
+        ASSERT_TRUE(u_of(chunk[j]) == u_of(lane) || (std::isnan(lane) && std::isnan(chunk[j]))) << x;
+      }
+    }
 }

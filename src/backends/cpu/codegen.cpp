@@ -1169,13 +1169,43 @@ class Generator {
         line(fmt::format("for (int64_t c_{0} = 0; c_{0} < chunks_{0}; c_{0} += dt::kReduceChunk) {{", n));
         ++indent_;
         for (const RowPrefetch& r : prefetches) emit_row_prefetch(r, inner, "c_" + n, fmt::format("c_{} + dt::kReduceChunk", n));
-        scalars_ = hoisted;
+        const std::string lane = fmt::format("i_{0} - c_{0}", n);
+        const std::string chunk_loop =
+            fmt::format("for (int64_t i_{0} = c_{0}; i_{0} < c_{0} + dt::kReduceChunk; ++i_{0}) {{", n);
+        // The chunk's exponentials first, each in one call on a chunk of arguments (see
+        // dt::exp_nonpositive_chunk); the loop below reads their values.
+        std::map<ir::ValueId, std::string> known = hoisted;
+        std::vector<const ir::Op*> exps = chunk_exponentials(g, inner, known);
+        for (const ir::Op* e : exps) {
+          line(fmt::format(
+              "alignas(64) float e{}[dt::kReduceChunk];  // {}: the chunk's arguments, then their {}",
+              e->result, at(e->loc), e->unary == ir::UnaryFn::Exp ? "exp" : "exp2"));
+          scalars_ = known;
+          line("#pragma omp simd");
+          line(chunk_loop);
+          ++indent_;
+          std::string argument = value(e->inputs[0]);
+          line(fmt::format("e{}[{}] = {};", e->result, lane, argument));
+          --indent_;
+          line("}");
+          line(fmt::format("dt::{}_nonpositive_chunk(e{});", e->unary == ir::UnaryFn::Exp ? "exp" : "exp2",
+                           e->result));
+          known[e->result] = fmt::format("e{}[{}]", e->result, lane);
+        }
+        const std::set<int> skipped = skip_;
+        if (!exps.empty()) {
+          std::set<ir::ValueId> read;
+          for (const auto& kv : known) read.insert(kv.first);
+          skip_ = ops_only_for(g, read);
+        }
+        scalars_ = known;
         line("#pragma omp simd");
-        line(fmt::format("for (int64_t i_{0} = c_{0}; i_{0} < c_{0} + dt::kReduceChunk; ++i_{0}) {{", n));
+        line(chunk_loop);
         ++indent_;
-        emit_body(g, inner, fmt::format("i_{0} - c_{0}", n));
+        emit_body(g, inner, lane);
         --indent_;
         line("}");
+        skip_ = skipped;
         --indent_;
         line("}");
         scalars_ = hoisted;
@@ -1270,7 +1300,9 @@ class Generator {
         hoisted[kv.again] = fmt::format("m{}[{}]", storage_value(kv.kept), storage_index(kv.kept));
         ivar_.erase(kv.kept_axis);
       }
-      skip_ = ops_only_for(g, kept);
+      std::set<ir::ValueId> read;
+      for (const KeptValue& kv : kept) read.insert(kv.again);
+      skip_ = ops_only_for(g, read);
       emit_versions();
       skip_.clear();
       for (const KeptValue& kv : kept) hoisted.erase(kv.again);
@@ -1391,11 +1423,65 @@ class Generator {
     return out;
   }
 
-  // The ops of group g that only compute values it reads from the passes that kept them
-  // (KeptValue): nothing else in g, no store and no later group needs their results.
-  std::set<int> ops_only_for(const plan::Group& g, const std::vector<KeptValue>& kept) const {
-    std::set<ir::ValueId> read, needed;
-    for (const KeptValue& kv : kept) read.insert(kv.again);
+  // The exponentials of group g that run a chunk at a time (dt::exp_nonpositive_chunk): f32 exp
+  // or exp2 of an argument known not to be positive that varies along the innermost loop, and
+  // that a loop of its own can compute (`known`: the values there, read).
+  std::vector<const ir::Op*> chunk_exponentials(const plan::Group& g, int inner,
+                                                std::map<ir::ValueId, std::string> known) const {
+    std::vector<const ir::Op*> out;
+    for (int o : g.ops) {
+      const ir::Op& op = k_.ops[size_t(o)];
+      if (op.kind != OpKind::Unary || (op.unary != ir::UnaryFn::Exp && op.unary != ir::UnaryFn::Exp2))
+        continue;
+      if (fused_.count(o) || skip_.count(o) || known.count(op.result)) continue;
+      if (k_.value(op.result).dtype != DType::f32 || k_.value(op.inputs[0]).dtype != DType::f32) continue;
+      if (!ir::nonpositive(k_, op.inputs[0]) || !uses_axis(op.result, inner)) continue;
+      if (!computable_apart(op.inputs[0], g, known)) continue;
+      out.push_back(&op);
+      known[op.result] = "";
+    }
+    return out;
+  }
+
+  // Whether value v can be computed ahead of group g's loop body: from `known` values, values
+  // earlier groups stored, and element ops, but no value g itself stores and no load of a
+  // tensor g writes.
+  bool computable_apart(ir::ValueId v, const plan::Group& g,
+                        const std::map<ir::ValueId, std::string>& known) const {
+    v = source(v);
+    if (known.count(v)) return true;
+    int def = k_.value(v).def_op;
+    if (def < 0) return false;
+    bool in_g = std::find(g.ops.begin(), g.ops.end(), def) != g.ops.end();
+    if (p_.materialized[size_t(v)]) return !in_g;
+    const ir::Op& d = k_.ops[size_t(def)];
+    switch (d.kind) {
+      case OpKind::Load:
+        for (int o : g.ops)
+          if (k_.ops[size_t(o)].kind == OpKind::Store && k_.ops[size_t(o)].tensor == d.tensor) return false;
+        break;
+      case OpKind::Full:
+      case OpKind::ScalarArg:
+      case OpKind::TileIndex:
+      case OpKind::TileBegin:
+      case OpKind::TileEnd:
+      case OpKind::TileSize:
+      case OpKind::Cast:
+      case OpKind::Where:
+      case OpKind::Unary:
+      case OpKind::Binary: break;
+      default: return false;
+    }
+    for (ir::ValueId in : d.inputs)
+      if (!computable_apart(in, g, known)) return false;
+    return true;
+  }
+
+  // The ops of group g that only compute values it reads instead (`read`: those the passes that
+  // kept them hold, or a chunk's exponentials): nothing else in g, no store and no later group
+  // needs their results.
+  std::set<int> ops_only_for(const plan::Group& g, const std::set<ir::ValueId>& read) const {
+    std::set<ir::ValueId> needed;
     std::set<int> out;
     for (auto o = g.ops.rbegin(); o != g.ops.rend(); ++o) {
       const ir::Op& op = k_.ops[size_t(*o)];

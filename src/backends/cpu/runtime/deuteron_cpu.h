@@ -7,7 +7,9 @@
 //   (__builtin_bit_cast, __builtin_sqrtf, __builtin_fabsf, __builtin_copysignf).
 // - Vectorisable. Every function is branch-free scalar float/int32 code (selects, shifts,
 //   bit casts, no tables, no libm calls), always inlined, so GCC vectorises a loop that calls
-//   them (`#pragma omp simd` or plain -O3) into zmm/ymm code for whatever -march allows.
+//   them (`#pragma omp simd` or plain -O3) into zmm/ymm code for whatever -march allows. The
+//   exceptions work on whole vectors, written with GCC's vector types where lane code cannot say
+//   what they need: the chunk exponentials (a table in a register), the 8-row cumsum (shuffles).
 // - Flags: -fno-math-errno (else sqrt does not vectorise) and -ffp-contract=fast are fine
 //   (results stay accurate with or without FMA contraction); never -ffast-math,
 //   -ffinite-math-only or -fassociative-math: the round-to-integer shifter and the NaN/Inf
@@ -834,6 +836,115 @@ inline constexpr int64_t kReduceChunk = 64;
 #else
 inline constexpr int64_t kReduceChunk = 32;
 #endif
+
+// ---- exponentials of a chunk of lanes ----------------------------------------------------------
+// exp_nonpositive and exp2_nonpositive over the dt::kReduceChunk floats of x, in place: the form
+// generated loops call where an exponential is the work of a long row (a softmax's or
+// cross-entropy's sum of exp(x - max)). Lane code cannot index a table held in a register (GCC
+// turns a table in lane code into a gather), so these are written with vector types: the
+// exponent splits as n + j/W with j in [0, W), 2^(j/W) comes from a W-entry table by one
+// register permute (vpermd), and e^r on |r| <= ln2/(2W) needs a degree-3 polynomial. That is 7
+// operations on the FMA pipes per vector against the lane code's 10 (a Zen 4, one core: a sum
+// of exps in L1 2.87 against 3.41 ns per 16 lanes; cross_entropy 0.80x the time, 0.73x built for
+// AVX2). W = 16 with AVX-512, 8 with AVX2. Results are the lane functions' (0 below their flush
+// thresholds, NaN gives NaN), within 1.1 ulp of exp in double for W = 16 and 1.5 for W = 8
+// (tests/test_cpu_math.cpp); without AVX2 the lane functions themselves run.
+namespace detail {
+#if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__AVX512F__)
+inline constexpr int kExpLanes = 16;
+#else
+inline constexpr int kExpLanes = 8;
+#endif
+typedef float exp_vf __attribute__((vector_size(4 * kExpLanes), aligned(4), __may_alias__));
+typedef uint32_t exp_vu __attribute__((vector_size(4 * kExpLanes)));
+typedef int32_t exp_vi __attribute__((vector_size(4 * kExpLanes)));
+// Per W: log2(W), W / ln2, ln2 / W in Cody-Waite parts (the high one has 12 significant bits, so
+// k * high is exact for the |k| < 2^11 that occur), the polynomials' coefficients (Lawson's
+// minimax of the relative error of e^r on |r| <= ln2/(2W): 1.6e-9 for W = 16, 2.6e-8 for W = 8;
+// of 2^f on |f| <= 1/(2W) for exp2), and the mantissas of 2^(j/W).
+struct ExpTable {
+  int shift;
+  float w_log2e, ln2_hi, ln2_lo, c2, c3, e1, e2, e3;
+};
+#if defined(__AVX512F__)
+inline constexpr ExpTable kExpTable = {.shift = 4,
+                                       .w_log2e = 16.0f * 1.44269502f,
+                                       .ln2_hi = 0x1.62ep-5f,
+                                       .ln2_lo = 0x1.0bfbe8p-19f,
+                                       .c2 = 0.50001615f,
+                                       .c3 = 0.16666718f,
+                                       .e1 = 0.6931472f,
+                                       .e2 = 0.24023429f,
+                                       .e3 = 0.055502135f};
+// clang-format off
+inline constexpr exp_vu kExpMantissas = {
+    0x000000u, 0x05aac3u, 0x0b95c2u, 0x11c3d3u, 0x1837f0u, 0x1ef532u, 0x25fed7u, 0x2d583fu,
+    0x3504f3u, 0x3d08a4u, 0x45672au, 0x4e248cu, 0x5744fdu, 0x60ccdfu, 0x6ac0c7u, 0x75257du};
+// clang-format on
+#else
+inline constexpr ExpTable kExpTable = {.shift = 3,
+                                       .w_log2e = 8.0f * 1.44269502f,
+                                       .ln2_hi = 0x1.62ep-4f,
+                                       .ln2_lo = 0x1.0bfbe8p-18f,
+                                       .c2 = 0.50006443f,
+                                       .c3 = 0.16666856f,
+                                       .e1 = 0.69314724f,
+                                       .e2 = 0.24025762f,
+                                       .e3 = 0.05549622f};
+inline constexpr exp_vu kExpMantissas = {0x000000u, 0x0b95c2u, 0x1837f0u, 0x25fed7u,
+                                         0x3504f3u, 0x45672au, 0x5744fdu, 0x6ac0c7u};
+#endif
+
+// e^a (BASE2: 2^a) for a <= 0, 0 below flush_below (-86 for e, -124 for 2: then n >= -125 and
+// 2^n * 2^(j/W) is one normal float).
+template <bool BASE2>
+DT_INLINE exp_vf exp_nonpositive_vector(exp_vf a, float flush_below) {
+  constexpr ExpTable c = kExpTable;
+  // The shifter (1.5 * 2^23) plus 127 W: t's low bits hold k + 127 W for k = round(a W / ln2),
+  // so k's high bits are n + 127 (2^n's biased exponent) and its low bits are j.
+  constexpr float shifter = 0x1.8p23f + 127.0f * kExpLanes;
+  // Lanes below the threshold compute garbage (or NaN from -inf) and are zeroed at the end;
+  // NaN is kept and computes NaN. (Zeroing `a` first would cost an operation, and GCC folds
+  // it into a masked load, which a store just before cannot forward to.)
+  exp_vi keep = !(a < flush_below);
+  exp_vf t = a * (BASE2 ? float(kExpLanes) : c.w_log2e) + shifter;
+  exp_vf k = t - shifter;
+  exp_vf q;
+  if constexpr (BASE2) {
+    exp_vf f = a - k * (1.0f / kExpLanes);  // exact
+    q = f * (c.e1 + f * (c.e2 + f * c.e3));
+  } else {
+    exp_vf r = a - k * c.ln2_hi;
+    r = r - k * c.ln2_lo;
+    q = (c.c2 + c.c3 * r) * (r * r) + r;
+  }
+  exp_vu u = reinterpret_cast<exp_vu>(t);
+  exp_vu mantissa = __builtin_shuffle(kExpMantissas, u & uint32_t(kExpLanes - 1));
+  exp_vf s = reinterpret_cast<exp_vf>(((u >> c.shift) << 23) | mantissa);
+  exp_vf e = q * s + s;  // (q + 1) * s, one fma
+  return reinterpret_cast<exp_vf>(reinterpret_cast<exp_vi>(e) & keep);
+}
+#endif
+
+template <bool BASE2>
+DT_INLINE void exp_nonpositive_chunk(float* x) {
+#if defined(__AVX512F__) || defined(__AVX2__)
+  for (int64_t i = 0; i < kReduceChunk; i += kExpLanes) {
+    exp_vf* v = reinterpret_cast<exp_vf*>(x + i);
+    *v = exp_nonpositive_vector<BASE2>(*v, BASE2 ? -124.0f : kActFlushBelow);
+  }
+#else
+#pragma omp simd
+  for (int64_t i = 0; i < kReduceChunk; ++i)
+    x[i] = BASE2 ? exp2_nonpositive(x[i]) : exp_nonpositive_flushed(x[i]);
+#endif
+}
+}  // namespace detail
+
+// exp_nonpositive (exp2_nonpositive) of each of x's dt::kReduceChunk floats, in place.
+DT_INLINE void exp_nonpositive_chunk(float* x) { detail::exp_nonpositive_chunk<false>(x); }
+DT_INLINE void exp2_nonpositive_chunk(float* x) { detail::exp_nonpositive_chunk<true>(x); }
 
 // ---- the grid's schedule ----------------------------------------------------------------------
 // Grid steps [0, size) handed out to a parallel region's threads as they free up, in chunks of
