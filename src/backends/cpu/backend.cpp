@@ -148,9 +148,12 @@ std::optional<model::Hardware> CpuBackend::model_hardware(const plan::Plan& p) c
   // loads, stores and reduction chains the generated loops run at about a third of that
   // (bench/model_validation.py: one-thread layer_norm and softmax rows, 0.31-0.35 of the time
   // measured at half the rate). Vector transcendentals (deuteron_cpu.h) cost about a dozen
-  // operations each.
+  // operations each, on the FMA pipes at their full rate: their element's loads and stores are
+  // counted with the vector work (exp_nonpositive in a sum over L1, a Zen 4: 4.7 G/s per core,
+  // where this gives 4.9; a third of it, as before, predicted cross_entropy 2.6x and the softmaxes
+  // 2.3-4.6x their time).
   hw.vector_flops = r.peak_gflops_1core * 1e9 / 2 / 3;
-  hw.transcendental_rate = hw.vector_flops / 12;
+  hw.transcendental_rate = r.peak_gflops_1core * 1e9 / 2 / 12;
   // Tensors that fit the caches stay there from one call to the next (as in a timing loop or a
   // training step): they move at cache speed, about 8 times one core's DRAM copy rate per core
   // (measured: add [130, 1000], 1.5 MiB, one thread at 104 GB/s where copying DRAM runs at 12).
