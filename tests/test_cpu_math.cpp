@@ -695,8 +695,9 @@ TEST(CpuMath, ExpNonPositiveChunks) {
   for (float s : {-86.0f, -86.5f, -85.9f, -124.0f, -124.5f, -123.9f, -0.0f}) a.push_back(s);
   a.push_back(dt::nan());
   std::vector<float> y(a.size());
-  const int64_t n = int64_t(a.size());  // not a whole number of chunks: the last one is padded
-  ASSERT_NE(n % 64, 0);
+  // Not a whole number of chunks (32 floats with AVX2, 64 with AVX-512): the last one is padded.
+  if (a.size() % 32 == 0) a.push_back(-1.0f);
+  const int64_t n = int64_t(a.size());
   for (const Isa& isa : isas)
     for (bool base2 : {false, true}) {
       isa.exp_chunks(a.data(), y.data(), n, base2);
@@ -723,7 +724,9 @@ TEST(CpuMath, ExpNonPositiveChunks) {
       }
       std::printf("[   INFO   ] %s %s chunks: worst %.3f ulp\n", isa.name, what, worst);
     }
-  // The build without AVX2: the lane functions, bit for bit.
+    // This file's build: without AVX2 (the project's default flags) the chunk functions are the
+    // lane functions, bit for bit; built with AVX2 they are the vector code checked above.
+#if !defined(__AVX2__)
   alignas(64) float chunk[dt::kReduceChunk];
   for (size_t c = 0; c + dt::kReduceChunk <= a.size(); c += 4099)
     for (bool base2 : {false, true}) {
@@ -735,4 +738,5 @@ TEST(CpuMath, ExpNonPositiveChunks) {
         ASSERT_TRUE(u_of(chunk[j]) == u_of(lane) || (std::isnan(lane) && std::isnan(chunk[j]))) << x;
       }
     }
+#endif
 }

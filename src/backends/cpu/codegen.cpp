@@ -1177,9 +1177,10 @@ class Generator {
         std::map<ir::ValueId, std::string> known = hoisted;
         std::vector<const ir::Op*> exps = chunk_exponentials(g, inner, known);
         for (const ir::Op* e : exps) {
+          const char* fn = e->unary == ir::UnaryFn::Exp ? "exp" : "exp2";
           line(fmt::format(
               "alignas(64) float e{}[dt::kReduceChunk];  // {}: the chunk's arguments, then their {}",
-              e->result, at(e->loc), e->unary == ir::UnaryFn::Exp ? "exp" : "exp2"));
+              e->result, at(e->loc), fn));
           scalars_ = known;
           line("#pragma omp simd");
           line(chunk_loop);
@@ -1188,8 +1189,7 @@ class Generator {
           line(fmt::format("e{}[{}] = {};", e->result, lane, argument));
           --indent_;
           line("}");
-          line(fmt::format("dt::{}_nonpositive_chunk(e{});", e->unary == ir::UnaryFn::Exp ? "exp" : "exp2",
-                           e->result));
+          line(fmt::format("dt::{}_nonpositive_chunk(e{});", fn, e->result));
           known[e->result] = fmt::format("e{}[{}]", e->result, lane);
         }
         const std::set<int> skipped = skip_;

@@ -859,69 +859,56 @@ inline constexpr int kExpLanes = 8;
 typedef float exp_vf __attribute__((vector_size(4 * kExpLanes), aligned(4), __may_alias__));
 typedef uint32_t exp_vu __attribute__((vector_size(4 * kExpLanes)));
 typedef int32_t exp_vi __attribute__((vector_size(4 * kExpLanes)));
-// Per W: log2(W), W / ln2, ln2 / W in Cody-Waite parts (the high one has 12 significant bits, so
-// k * high is exact for the |k| < 2^11 that occur), the polynomials' coefficients (Lawson's
-// minimax of the relative error of e^r on |r| <= ln2/(2W): 1.6e-9 for W = 16, 2.6e-8 for W = 8;
-// of 2^f on |f| <= 1/(2W) for exp2), and the mantissas of 2^(j/W).
-struct ExpTable {
-  int shift;
-  float w_log2e, ln2_hi, ln2_lo, c2, c3, e1, e2, e3;
+// Per W, the polynomials' coefficients: Lawson's minimax of the relative error of e^r on
+// |r| <= ln2/(2W) (1.6e-9 for W = 16, 2.6e-8 for W = 8), of 2^f on |f| <= 1/(2W) for exp2; and
+// the mantissas of 2^(j/W).
+struct ExpPolynomials {
+  float c2, c3;      // e^r - 1 = r + c2 r^2 + c3 r^3
+  float e1, e2, e3;  // 2^f - 1 = e1 f + e2 f^2 + e3 f^3
 };
-#if defined(__AVX512F__)
-inline constexpr ExpTable kExpTable = {.shift = 4,
-                                       .w_log2e = 16.0f * 1.44269502f,
-                                       .ln2_hi = 0x1.62ep-5f,
-                                       .ln2_lo = 0x1.0bfbe8p-19f,
-                                       .c2 = 0.50001615f,
-                                       .c3 = 0.16666718f,
-                                       .e1 = 0.6931472f,
-                                       .e2 = 0.24023429f,
-                                       .e3 = 0.055502135f};
 // clang-format off
+#if defined(__AVX512F__)
+inline constexpr ExpPolynomials kExpPolynomials = {0.50001615f, 0.16666718f, 0.6931472f, 0.24023429f, 0.055502135f};
 inline constexpr exp_vu kExpMantissas = {
     0x000000u, 0x05aac3u, 0x0b95c2u, 0x11c3d3u, 0x1837f0u, 0x1ef532u, 0x25fed7u, 0x2d583fu,
     0x3504f3u, 0x3d08a4u, 0x45672au, 0x4e248cu, 0x5744fdu, 0x60ccdfu, 0x6ac0c7u, 0x75257du};
-// clang-format on
 #else
-inline constexpr ExpTable kExpTable = {.shift = 3,
-                                       .w_log2e = 8.0f * 1.44269502f,
-                                       .ln2_hi = 0x1.62ep-4f,
-                                       .ln2_lo = 0x1.0bfbe8p-18f,
-                                       .c2 = 0.50006443f,
-                                       .c3 = 0.16666856f,
-                                       .e1 = 0.69314724f,
-                                       .e2 = 0.24025762f,
-                                       .e3 = 0.05549622f};
-inline constexpr exp_vu kExpMantissas = {0x000000u, 0x0b95c2u, 0x1837f0u, 0x25fed7u,
-                                         0x3504f3u, 0x45672au, 0x5744fdu, 0x6ac0c7u};
+inline constexpr ExpPolynomials kExpPolynomials = {0.50006443f, 0.16666856f, 0.69314724f, 0.24025762f, 0.05549622f};
+inline constexpr exp_vu kExpMantissas = {
+    0x000000u, 0x0b95c2u, 0x1837f0u, 0x25fed7u, 0x3504f3u, 0x45672au, 0x5744fdu, 0x6ac0c7u};
 #endif
+// clang-format on
+// ln 2 in Cody-Waite parts for k = round(a W / ln2) up to 2^11 in size: the high part has 12
+// significant bits (kLn2Hi's 16 would make k * high inexact), so k * high / W is exact.
+inline constexpr float kLn2Hi12 = 0x1.62ep-1f, kLn2Lo12 = 0x1.0bfbe8p-15f;
 
 // e^a (BASE2: 2^a) for a <= 0, 0 below flush_below (-86 for e, -124 for 2: then n >= -125 and
 // 2^n * 2^(j/W) is one normal float).
 template <bool BASE2>
 DT_INLINE exp_vf exp_nonpositive_vector(exp_vf a, float flush_below) {
-  constexpr ExpTable c = kExpTable;
+  constexpr ExpPolynomials c = kExpPolynomials;
+  constexpr float w = kExpLanes;
   // The shifter (1.5 * 2^23) plus 127 W: t's low bits hold k + 127 W for k = round(a W / ln2),
   // so k's high bits are n + 127 (2^n's biased exponent) and its low bits are j.
-  constexpr float shifter = 0x1.8p23f + 127.0f * kExpLanes;
+  constexpr float shifter = kShifter + 127.0f * w;
   // Lanes below the threshold compute garbage (or NaN from -inf) and are zeroed at the end;
   // NaN is kept and computes NaN. (Zeroing `a` first would cost an operation, and GCC folds
   // it into a masked load, which a store just before cannot forward to.)
   exp_vi keep = !(a < flush_below);
-  exp_vf t = a * (BASE2 ? float(kExpLanes) : c.w_log2e) + shifter;
+  exp_vf t = a * (BASE2 ? w : w * kLog2e) + shifter;
   exp_vf k = t - shifter;
   exp_vf q;
   if constexpr (BASE2) {
-    exp_vf f = a - k * (1.0f / kExpLanes);  // exact
+    exp_vf f = a - k * (1.0f / w);  // exact
     q = f * (c.e1 + f * (c.e2 + f * c.e3));
   } else {
-    exp_vf r = a - k * c.ln2_hi;
-    r = r - k * c.ln2_lo;
+    exp_vf r = a - k * (kLn2Hi12 / w);
+    r = r - k * (kLn2Lo12 / w);
     q = (c.c2 + c.c3 * r) * (r * r) + r;
   }
   exp_vu u = reinterpret_cast<exp_vu>(t);
   exp_vu mantissa = __builtin_shuffle(kExpMantissas, u & uint32_t(kExpLanes - 1));
-  exp_vf s = reinterpret_cast<exp_vf>(((u >> c.shift) << 23) | mantissa);
+  exp_vf s = reinterpret_cast<exp_vf>(((u >> __builtin_ctz(kExpLanes)) << 23) | mantissa);
   exp_vf e = q * s + s;  // (q + 1) * s, one fma
   return reinterpret_cast<exp_vf>(reinterpret_cast<exp_vi>(e) & keep);
 }
