@@ -430,7 +430,8 @@ TEST(DotPlan, DefaultReadsWholeRowsInPlaceAndStreamsPartsOfAliasedRows) {
 // the grid steps, into one copy that all threads read (Staging::shared, dt::SharedPack): only
 // one packed column panel of it counts against the L2, the whole copy against half the L3
 // (512 KiB here: within any x86 server L3's half). Pinned L2 of 512 KiB: the copy alone fills
-// it, a 128 KiB panel fits; at 64 KiB the panel does not.
+// it, a panel (512 rows of 64 columns with AVX-512, 16 with AVX2) fits; at half a panel's
+// bytes it does not.
 TEST(DotPlan, GridInvariantResidentCopyLivesInTheLastLevelCache) {
   static const auto k = whole_n_matmul("dot_plan_whole_n");
   Tensor x = Tensor::rand({301, 512}, DType::f32, 1), y = Tensor::rand({512, 256}, DType::f32, 2);
@@ -444,14 +445,15 @@ TEST(DotPlan, GridInvariantResidentCopyLivesInTheLastLevelCache) {
   EXPECT_TRUE(b->reuse && b->reuse_axes.empty()) << c.dump();
   EXPECT_TRUE(p.staging_of(*b).shared) << c.dump();
   EXPECT_GE(p.fast_memory_bytes, int64_t(512) << 10);  // the scratch holds the whole copy
-  EXPECT_THROW(cpu::refine(driver::lower(s, c), cpu_limits(64 << 10)), FastMemoryError);
+  const int64_t panel_bytes = 512 * cpu::dot_panel_columns() * int64_t(sizeof(float));
+  EXPECT_THROW(cpu::refine(driver::lower(s, c), cpu_limits(panel_bytes / 2)), FastMemoryError);
   const std::string code = s.backend->emit(driver::lower(s, c));
   EXPECT_NE(code.find("dt::SharedPack shared"), std::string::npos) << code;
   EXPECT_NE(code.find("panel, panel + 1);"), std::string::npos) << code;
   EXPECT_NE(code.find("reinterpret_cast<float*>(scratch);"), std::string::npos)
       << code;  // in thread 0's scratch
   // Correct at a ragged M (301: 10 blocks of 32 and one of 13), against a float64 loop, with
-  // teams of 1 and 2 threads (256 columns: 4 panels of 64 with AVX-512, 8 of 32 with AVX2).
+  // teams of 1 and 2 threads (256 columns: 4 panels of 64 with AVX-512, 16 of 16 with AVX2).
   std::vector<double> want(size_t(301 * 256), 0.0);
   for (int64_t i = 0; i < 301; ++i)
     for (int64_t q = 0; q < 512; ++q)
