@@ -11,6 +11,7 @@
 
 #include "api/api.h"
 #include "backends/backend.h"
+#include "backends/cpu/hardware.h"
 #include "backends/cpu/packing.h"
 #include "backends/cpu/refine.h"
 #include "backends/registry.h"
@@ -536,6 +537,37 @@ TEST(DotPlan, AccumulatorLivesInTheOutputTile) {
   std::string source = s.backend->emit_aot(general, "k_general", true).source;
   EXPECT_NE(source.find("if (begin_t2 >= end_t2) {"), std::string::npos) << source;
   EXPECT_NE(source.find("dt::gemm::gemm(n_t0, n_t1, 0,"), std::string::npos) << source;
+}
+
+// An output whose rows are the L2's set span apart (l2_bytes / l2_ways: 64 KiB on a Zen 3, 128
+// KiB on Zen 4 and on a Xeon with 2 MiB of 16-way L2) puts every row of its tile into the same
+// sets. A tile of more rows than the L2 has ways would leave the L2 between the blocks of K that
+// add to it: the accumulator stays in fast memory, compact, and is copied out. A row one line
+// longer spreads the rows over the sets, and the dot accumulates in the output's tile again.
+TEST(DotPlan, AccumulatorLeavesAnOutputTileWhoseRowsShareL2Sets) {
+  static const auto k = tiled_matmul("dot_plan_colliding_rows");
+  const cpu::CpuInfo& info = cpu::cpu_info();
+  const int64_t span = info.l2_bytes / info.l2_ways;
+  int64_t block = 1;
+  while (block <= info.l2_ways) block *= 2;  // more rows than ways
+  const int64_t m = block + 3;               // a ragged last block
+  for (int64_t n : {span / 4, span / 4 + 16}) {
+    Tensor x = Tensor::rand({m, 5}, DType::f32, 1), y = Tensor::rand({5, n}, DType::f32, 2);
+    auto s = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu");
+    const std::string json = fmt::format(
+        R"({{"block_t0": {}, "block_t1": 64, "block_t2": 2, "inner_t2": "in_place", "stores": "cached"}})",
+        block);
+    config::Config c = s.space.complete(config::Config::parse(json));
+    cpu::CpuPlan p = cpu::refine(driver::lower(s, c));
+    ASSERT_EQ(p.gemms.size(), 1u);
+    const bool collides = n == span / 4;
+    EXPECT_EQ(p.gemms[0].out_store < 0, collides) << n;
+    EXPECT_EQ(p.gemms[0].out_store_collides >= 0, collides) << n;
+    EXPECT_EQ(cpu::describe(p).find("fall into too few L2 sets") != std::string::npos, collides)
+        << cpu::describe(p);
+    auto r = api::run(k, {x, y}, "cpu", c);
+    expect_close(r.outputs[0], product(x, y, 1, m, 5, n), 1e-5, json);
+  }
 }
 
 TEST(DotPlan, BFloat16OperandsArePacked) {

@@ -73,7 +73,7 @@ void read_cache_leaf(uint32_t leaf, CpuInfo& info) {
     int64_t line = (r.b & 0xfff) + 1, sets = int64_t(r.c) + 1;
     int64_t size = ways * parts * line * sets;
     if (level == 1) info.l1d_bytes = size;
-    if (level == 2) info.l2_bytes = size;
+    if (level == 2) info.l2_bytes = size, info.l2_ways = ways;
     if (level == 3) info.l3_bytes = size;
   }
 }
@@ -172,6 +172,7 @@ CpuInfo detect() {
   // /sys cache info is missing in some VMs and CPUID may be masked: assume a recent server core.
   if (info.l1d_bytes <= 0) info.l1d_bytes = 48 * KiB;
   if (info.l2_bytes <= 0) info.l2_bytes = 1 * MiB;
+  if (info.l2_ways <= 0) info.l2_ways = 8;  // the fewest of recent server cores (AMD's)
   if (info.l3_bytes <= 0) info.l3_bytes = 32 * MiB;
   // A VM sees its socket's whole L3 (300 MiB on a 2-vCPU Emerald Rapids guest, whose CPUID says
   // two threads share it) but gets a share of it beside the other tenants: count at most 16 MiB a

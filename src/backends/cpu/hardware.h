@@ -21,6 +21,8 @@ struct CpuInfo {
   std::string isa_limit;
   // Per-core L1D and L2; L3 of one instance (shared by several cores).
   int64_t l1d_bytes = 0, l2_bytes = 0, l3_bytes = 0;
+  // The L2's associativity: lines a multiple of l2_bytes / l2_ways apart compete for these ways.
+  int64_t l2_ways = 0;
   // The feature flags above plus CPUID's raw ISA words: code built with -march=native on this
   // CPU runs on any CPU with the same key. For cache keys.
   std::string features_key;

@@ -46,6 +46,9 @@ struct Gemm {
   // dot then accumulates in the output's tile itself, its first block of K overwriting it, with
   // no zero fill and no copy out of fast memory (as a BLAS writes C). -1: in fast memory.
   int out_store = -1;
+  // The store that could have been out_store, but whose tile rows compete for the same L2 sets
+  // (Refiner::tile_rows_collide): the accumulator stays in fast memory. -1: none.
+  int out_store_collides = -1;
 };
 
 // Per block spec: its copy in scratch.
