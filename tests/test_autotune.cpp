@@ -37,6 +37,7 @@
 #include "model/model.h"
 #include "runtime/disk_cache.h"
 #include "runtime/process.h"
+#include "test_kernels.h"
 #include "test_support.h"
 
 extern char** environ;
@@ -128,6 +129,18 @@ class Autotune : public testing::Test {
   // Removes the tuned entries of one kernel (compiled kernels stay: they make tests fast).
   static void forget(const std::string& kernel) { fs::remove_all(cache_root() / "autotune" / kernel); }
 
+  // --search model over at most `candidates` configs, checked against `reference`, not cached.
+  static autotune::TuneOptions model_search_options(const std::vector<Arg>& args,
+                                                    decltype(autotune::TuneOptions::reference) reference,
+                                                    int64_t candidates) {
+    autotune::TuneOptions o = small_options();
+    o.args = args;
+    o.reference = std::move(reference);
+    o.search = "model";
+    o.max_candidates = candidates;
+    o.write_cache = false;
+    return o;
+  }
   static autotune::TuneOptions small_options() {
     autotune::TuneOptions o;
     o.progress = "quiet";
@@ -462,6 +475,55 @@ void expect_correct(const KernelBase& k, const std::vector<Arg>& args, const Con
   auto want = reference(args);
   Tolerance tol = default_tolerance(DType::f32);
   EXPECT_TRUE(allclose(r.outputs[0], want[0], tol.rtol, tol.atol).close) << c.dump();
+}
+
+// The cpu target suggests Goto's loop order for a plain product (ConfigSpace::suggestions): a
+// grid block of all of N, A streamed by blocks of K, B resident. The tuner times it right after
+// the default, marked "target", and it is correct at a ragged shape. A product with an epilogue
+// gets no suggestion.
+const auto tune_matmul = test_kernels::tiled_matmul("autotune_test_matmul");
+const auto tune_matmul_relu = deuteron::kernel("autotune_test_matmul_relu", [](hl::Tensor x, hl::Tensor y) {
+  auto out = hl::empty({x.size(0), y.size(1)});
+  for (auto [tm, tn] : hl::tile({x.size(0), y.size(1)})) {
+    auto acc = hl::zeros({tm, tn});
+    for (auto tk : hl::tile(x.size(1))) acc = hl::dot(x[{tm, tk}], y[{tk, tn}], acc);
+    out[{tm, tn}] = hl::maximum(acc, 0.0);
+  }
+  return out;
+});
+
+std::vector<Tensor> matmul_reference(const std::vector<Arg>& args) {
+  const Tensor& x = std::get<Tensor>(args[0]);
+  const Tensor& y = std::get<Tensor>(args[1]);
+  const int64_t m = x.size(0), kk = x.size(1), n = y.size(1);
+  Tensor out = Tensor::empty({m, n}, DType::f32);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t q = 0; q < kk; ++q) sum += x.get(i * kk + q) * y.get(q * n + j);
+      out.set(i * n + j, sum);
+    }
+  return {out};
+}
+
+TEST_F(Autotune, TargetSuggestionIsTimedAfterTheDefault) {
+  std::vector<Arg> args = {Tensor::rand({301, 96}, DType::f32, 1), Tensor::rand({96, 203}, DType::f32, 2)};
+  auto s = specialize(tune_matmul, args);
+  ASSERT_EQ(s.space.suggestions().size(), 1u) << s.space.describe();
+  const Config& goto_order = s.space.suggestions()[0];
+  EXPECT_GE(goto_order.integer("block_t1"), 203) << goto_order.dump();
+  EXPECT_EQ(goto_order.text("inner_t2_arg0"), "stream") << goto_order.dump();
+  EXPECT_EQ(goto_order.text("inner_t2_arg1"), "resident") << goto_order.dump();
+  EXPECT_NE(s.space.describe().find("suggested by the target: " + goto_order.dump()), std::string::npos);
+  EXPECT_TRUE(specialize(tune_matmul_relu, args).space.suggestions().empty());
+
+  forget("autotune_test_matmul");
+  autotune::TuneResult r = autotune::tune(s, model_search_options(args, matmul_reference, 2));
+  ASSERT_GE(r.candidates.size(), 2u);
+  EXPECT_EQ(r.candidates[1].config, goto_order);
+  EXPECT_EQ(r.candidates[1].origin, "target");
+  EXPECT_EQ(r.candidates[1].status, Candidate::Status::Ok) << r.candidates[1].reason;
+  expect_correct(tune_matmul, args, goto_order, matmul_reference);
 }
 
 // Candidates that crash, hang, answer wrongly, run out of memory or crash the compiler are
@@ -811,12 +873,7 @@ TEST_F(Autotune, ModelSearchTimesTheDefaultAndTheTopRanked) {
   std::vector<Arg> args = {Tensor::rand({37, 1000}, DType::f32, 4, -4, 4)};
   auto s = specialize(tune_softmax, args);
   forget("autotune_test_softmax");
-  autotune::TuneOptions o = small_options();
-  o.args = args;
-  o.reference = softmax_reference;
-  o.search = "model";
-  o.max_candidates = 3;
-  o.write_cache = false;
+  autotune::TuneOptions o = model_search_options(args, softmax_reference, 3);
   autotune::TuneResult r = autotune::tune(s, o);
   EXPECT_EQ(r.search, "model");
   EXPECT_NE(r.search_note.find("the model ranked"), std::string::npos) << r.search_note;

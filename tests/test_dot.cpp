@@ -466,6 +466,34 @@ TEST(DotPlan, GridInvariantResidentCopyLivesInTheLastLevelCache) {
   }
 }
 
+// A grid block as wide as the product's N (BLIS's loop order: an A block packed per block of K,
+// swept against all of B) leaves no grid index that selects B: its resident copy is packed once
+// by the team and shared, as a grid-invariant one is, and the pack declares the one block of N
+// itself. With N in two blocks each thread keeps its own copy. Pinned L2 of 512 KiB; checked at
+// a ragged M and N (not a whole number of panels) against a float64 product.
+TEST(DotPlan, ResidentCopyOfAWholeNGridBlockIsShared) {
+  static const auto k = tiled_matmul("dot_plan_whole_n_block");
+  Tensor x = Tensor::rand({301, 96}, DType::f32, 1), y = Tensor::rand({96, 203}, DType::f32, 2);
+  auto s = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu", cpu_limits(512 << 10));
+  for (int64_t block_n : {256, 128}) {
+    config::Config c = s.space.complete(config::Config::parse(
+        R"({"block_t0": 32, "block_t2": 32, "inner_t2_arg0": "stream", "inner_t2_arg1": "resident", "num_threads": 2})"));
+    c.set("block_t1", block_n);
+    cpu::CpuPlan p = cpu::refine(driver::lower(s, c), cpu_limits(512 << 10));
+    const plan::BlockSpec* b = p.spec_for_op(p.gemms[0].b.load_op);
+    ASSERT_NE(b, nullptr);
+    const bool whole = block_n >= 203;
+    EXPECT_EQ(p.staging_of(*b).shared, whole) << c.dump();
+    const std::string code = s.backend->emit(driver::lower(s, c));
+    EXPECT_EQ(code.find("one grid block, the whole dim") != std::string::npos, whole) << code;
+    for (int threads : {1, 2}) {
+      c.set("num_threads", threads);
+      auto r = api::run(k, {x, y}, "cpu", c);
+      expect_close(r.outputs[0], product(x, y, 1, 301, 96, 203), 1e-5, c.dump());
+    }
+  }
+}
+
 // An accumulator that starts as zeros and that only a plain store writes out lives in the
 // output's tile: the micro-kernel's first block of K overwrites it, later ones add to it, and
 // there is no zero fill, no fast-memory array and no copy out. Not where the store streams, the
@@ -543,7 +571,8 @@ TEST(DotPlan, AccumulatorLivesInTheOutputTile) {
 // KiB on Zen 4 and on a Xeon with 2 MiB of 16-way L2) puts every row of its tile into the same
 // sets. A tile of more rows than the L2 has ways would leave the L2 between the blocks of K that
 // add to it: the accumulator stays in fast memory, compact, and is copied out. A row one line
-// longer spreads the rows over the sets, and the dot accumulates in the output's tile again.
+// longer spreads the rows over the sets, and the dot accumulates in the output's tile again. So
+// does a tile of whole rows: more rows than ways of a set span each, it is larger than the L2.
 TEST(DotPlan, AccumulatorLeavesAnOutputTileWhoseRowsShareL2Sets) {
   static const auto k = tiled_matmul("dot_plan_colliding_rows");
   const cpu::CpuInfo& info = cpu::cpu_info();
@@ -551,16 +580,17 @@ TEST(DotPlan, AccumulatorLeavesAnOutputTileWhoseRowsShareL2Sets) {
   int64_t block = 1;
   while (block <= info.l2_ways) block *= 2;  // more rows than ways
   const int64_t m = block + 3;               // a ragged last block
-  for (int64_t n : {span / 4, span / 4 + 16}) {
+  for (auto [n, block_n] :
+       {std::pair{span / 4, int64_t(64)}, {span / 4 + 16, int64_t(64)}, {span / 4, span / 4}}) {
     Tensor x = Tensor::rand({m, 5}, DType::f32, 1), y = Tensor::rand({5, n}, DType::f32, 2);
     auto s = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu");
     const std::string json = fmt::format(
-        R"({{"block_t0": {}, "block_t1": 64, "block_t2": 2, "inner_t2": "in_place", "stores": "cached"}})",
-        block);
+        R"({{"block_t0": {}, "block_t1": {}, "block_t2": 2, "inner_t2": "in_place", "stores": "cached"}})",
+        block, block_n);
     config::Config c = s.space.complete(config::Config::parse(json));
     cpu::CpuPlan p = cpu::refine(driver::lower(s, c));
     ASSERT_EQ(p.gemms.size(), 1u);
-    const bool collides = n == span / 4;
+    const bool collides = n == span / 4 && block_n == 64;
     EXPECT_EQ(p.gemms[0].out_store < 0, collides) << n;
     EXPECT_EQ(p.gemms[0].out_store_collides >= 0, collides) << n;
     EXPECT_EQ(cpu::describe(p).find("fall into too few L2 sets") != std::string::npos, collides)

@@ -2,6 +2,10 @@
 // the test binary's flags (the portable vector path; generated kernels get -march=native): packing
 // from every layout and element type, and block products over every operand view, against
 // exact integer-valued references.
+// An L2 of 16 KiB: the products below sweep their N in chunks of one or two B panels
+// (columns_for_l2), so that every chunk boundary, ragged N included, is checked.
+#define DT_L2_BYTES 16384
+
 #include <cstring>
 #include <random>
 #include <vector>
@@ -30,6 +34,11 @@ TEST(GemmRuntime, TileShapeFollowsTheMachine) {
   // The compiler's copy, which the performance model prices the product's passes by.
   for (int64_t l1d : {16 * 1024, 32 * 1024, 48 * 1024, 64 * 1024, 1 << 20})
     EXPECT_EQ(deuteron::cpu::dot_k_chunk(l1d), chunk_for_l1(l1d)) << l1d;
+  // N chunks: a whole number of panels whose kc rows take at most half the L2, at least one.
+  EXPECT_EQ(columns_for_l2(16), 8 * NR);
+  EXPECT_EQ(columns_for_l2(64), 2 * NR);
+  EXPECT_EQ(columns_for_l2(100), NR);
+  EXPECT_EQ(columns_for_l2(512), NR);
 }
 
 TEST(GemmRuntime, PackALayouts) {

@@ -1005,22 +1005,21 @@ TuneResult Tuner::run() {
     baseline_from_ = "reference";
   }
 
-  // Candidates: the default first (the baseline), then warm starts, then the search's.
+  // Candidates: the default first (the baseline), then the given ones, the target's suggestions
+  // (ConfigSpace::suggestions) and warm starts, then the search's.
   std::vector<Config> seeds = {s_.space.default_config()};
   std::vector<std::string> seed_origin = {"default"};
-  for (const Config& c : o_.candidates) {
-    Config full = s_.space.complete(c);
-    if (std::find(seeds.begin(), seeds.end(), full) != seeds.end()) continue;
+  auto seed = [&](const Config& full, const char* origin) {
+    if (std::find(seeds.begin(), seeds.end(), full) != seeds.end()) return;
     seeds.push_back(full);
-    seed_origin.push_back("given");
-  }
+    seed_origin.push_back(origin);
+  };
+  for (const Config& c : o_.candidates) seed(s_.space.complete(c), "given");
+  for (const Config& c : s_.space.suggestions()) seed(c, "target");
   size_t warm_limit = seeds.size() + 3;
   if (o_.warm_start && o_.read_cache) {
     for (const CacheEntry& e : related_entries(key_)) {
-      Config c = fit_into(s_.space, e.config);
-      if (std::find(seeds.begin(), seeds.end(), c) != seeds.end()) continue;
-      seeds.push_back(c);
-      seed_origin.push_back("warm start");
+      seed(fit_into(s_.space, e.config), "warm start");
       if (seeds.size() >= warm_limit) break;
     }
   }

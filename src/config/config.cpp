@@ -311,6 +311,12 @@ void ConfigSpace::set_default_value(const std::string& name, Json value) {
   default_.set(name, std::move(value));
 }
 
+void ConfigSpace::suggest(const Config& c) {
+  Config full = complete(c);
+  if (full != default_ && std::find(suggestions_.begin(), suggestions_.end(), full) == suggestions_.end())
+    suggestions_.push_back(std::move(full));
+}
+
 void ConfigSpace::remove(const std::string& name) {
   std::erase_if(tunables_, [&](const Tunable& t) { return t.name == name; });
   default_.erase(name);
@@ -399,6 +405,7 @@ std::string ConfigSpace::describe() const {
     for (auto& x : t.values) v.push_back(x.dump());
     out += fmt::format("  {}: {}  # {}\n", t.name, fmt::join(v, " | "), t.help);
   }
+  for (const Config& c : suggestions_) out += fmt::format("  suggested by the target: {}\n", c.dump());
   return out;
 }
 

@@ -87,6 +87,10 @@ class ConfigSpace {
   void set_default_value(const std::string& name, Json value);
   // For targets whose code does not depend on a tunable: drops it (and its default value).
   void remove(const std::string& name);
+  // Configs the target proposes beside the default (Backend::extend_space), complete: the tuner
+  // times them right after it. suggest() completes c and drops a copy of one already there.
+  const std::vector<Config>& suggestions() const { return suggestions_; }
+  void suggest(const Config& c);
   const Tunable* find(const std::string& name) const;
   // Checks names and values; a missing tunable takes its default. Throws ConfigError naming
   // the tunable, the bad value and the legal ones.
@@ -104,6 +108,7 @@ class ConfigSpace {
  private:
   std::vector<Tunable> tunables_;
   Config default_;
+  std::vector<Config> suggestions_;
 };
 
 }  // namespace deuteron::config

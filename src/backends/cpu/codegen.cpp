@@ -1923,7 +1923,16 @@ class Generator {
   std::string shared_columns(const plan::BlockSpec& s) const {
     const Staging& st = p_.staging_of(s);
     const int cols = k_.value(k_.ops[size_t(st.dot)].inputs[size_t(st.dot_operand)]).dims.back();
-    return cols == k_.loops[size_t(s.loop)].axes.front() ? "B_" + axis(cols) : count(cols);
+    if (cols == k_.loops[size_t(s.loop)].axes.front()) return "B_" + axis(cols);
+    return std::find(p_.grid_axes.begin(), p_.grid_axes.end(), cols) != p_.grid_axes.end() ? extent(cols)
+                                                                                           : count(cols);
+  }
+  // A shared copy is packed outside the grid steps: the grid axes its operand uses (those of
+  // one block, Staging::shared) are declared as their one block there.
+  void one_block_grid_axes(const plan::BlockSpec& s) {
+    for (int a : s.reuse_axes)
+      line(fmt::format("const int64_t o_{0} = 0, n_{0} = {1};  // {0}: one grid block, the whole dim",
+                       axis(a), extent(a)));
   }
   // Linear index of the operand's batch position (its non-one batch dims, at i_*) in slabs.
   std::string batch_slab(ir::ValueId operand) const {
@@ -1971,6 +1980,7 @@ class Generator {
       line("{");
     }
     ++indent_;
+    if (st.shared) one_block_grid_axes(s);
     if (s.reuse && !st.shared) {
       line(fmt::format("const int64_t key = {};", reuse_key(s)));
       line(fmt::format("if (tag{} != key) {{  // not already packed by this thread's previous grid step", s.op));

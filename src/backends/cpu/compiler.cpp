@@ -204,8 +204,9 @@ std::vector<std::string> default_flags() {
   // bf16 products widen to f32 where vdpbf16ps is the slower (an Emerald Rapids without AMX:
   // matmul 2048^3 bf16 ran 163 ms on vdpbf16ps, 104 widened).
   if (cpu_info().avx512_bf16 && !bf16_pairs_pay()) flags.push_back("-DDT_GEMM_WIDEN_BF16");
-  // The matrix products' K chunk follows the L1D (deuteron_gemm.h's KC).
+  // The matrix products' K chunk follows the L1D (deuteron_gemm.h's KC), their N chunk the L2.
   flags.push_back("-DDT_L1D_BYTES=" + std::to_string(cpu_info().l1d_bytes));
+  flags.push_back("-DDT_L2_BYTES=" + std::to_string(cpu_info().l2_bytes));
   if (const char* extra = std::getenv("DEUTERON_CXXFLAGS")) {
     std::vector<std::string> words = split_words(extra);
     warn_about_fp_flags(words);

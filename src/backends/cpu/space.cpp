@@ -240,6 +240,68 @@ void row_kernel_defaults(const ir::Kernel& k, config::ConfigSpace& space) {
   }
 }
 
+// Goto's loop order (BLIS, OpenBLAS), for a kernel of one dot whose B its loop reads along K:
+// a grid block of 128 rows of A and all of N. Each block of K of A is packed into the L2
+// (stream) and swept against every B panel, and B is packed once by the team (resident, and
+// shared: no grid index selects it) into the L3. A then crosses memory once, where narrow N
+// blocks read it once per block of N: matmul 2048^3 in the default's 32 columns read 1 GiB of A
+// on a Zen 3 and lost to XLA whenever other tenants used memory. A candidate the tuner times
+// beside the default, not the default: which wins depends on the machine's caches.
+void suggest_goto_order(const ir::Kernel& k, const config::TargetLimits& limits, config::ConfigSpace& space) {
+  std::vector<int> dots = dot_ops(k);
+  if (dots.size() != 1) return;
+  std::string a_name, b_name;
+  int loop = -1;
+  for (const config::OperandTunable& o : config::operand_tunables(k))
+    if (o.dot == dots[0]) (o.operand == 0 ? a_name : b_name) = o.name, loop = o.loop;
+  if (a_name.empty() || b_name.empty() || k.loop(loop).parent < 0 || !k.loop(k.loop(loop).parent).grid)
+    return;
+  const auto& ad = k.value(k.op(dots[0]).inputs[0]).dims;
+  const auto& bd = k.value(k.op(dots[0]).inputs[1]).dims;
+  const int m = ad[ad.size() - 2], n = bd.back(), kk = k.loop(loop).axes.front();
+  for (size_t i = 0; i + 2 < bd.size(); ++i)
+    if (bd[i] != ir::kOne) return;  // a B per batch (bmm): a grid index selects it
+  config::Config c = space.default_config();
+  // The block of a tiled axis nearest `want` (the smallest at least it, else the largest); an
+  // axis read whole needs none.
+  auto set_block = [&](int axis, int64_t want) {
+    if (axis == ir::kOne || k.axis(axis).kind != ir::AxisKind::Tile) return true;
+    const ir::BlockParam& bp = k.block_params[size_t(k.axis(axis).block_param)];
+    const Tunable* t = bp.fixed ? nullptr : space.find(bp.name);
+    if (!t || t->values.empty()) return false;
+    config::Json best = t->values.back();
+    for (const config::Json& v : t->values)
+      if (v.get<int64_t>() >= want) {
+        best = v;
+        break;
+      }
+    c.set(bp.name, best);
+    return true;
+  };
+  const int64_t k_extent = k.axis(kk).extent, n_extent = n == ir::kOne ? 1 : k.axis(n).extent;
+  const int64_t l3 = cpu_info().l3_bytes > 0 ? cpu_info().l3_bytes : int64_t(32) << 20;
+  if (4 * packed_b_elements(k_extent, n_extent) > l3 / 2) return;  // Refiner::scratch's share
+  // Only where the product accumulates in the output's rows, which only a store reads
+  // (Gemm::out_store). An epilogue needs the block's rows in fast memory, and so few of them
+  // lost: epilogue_subtiling and matmul_layernorm 1024^3 in 32 rows ran 1.05x the time of
+  // their tuned configs (6 alternating rounds each, Zen 3).
+  const ir::Loop& l = k.loop(loop);
+  const std::vector<int> uses = ir::use_counts(k);
+  bool stored = false;
+  for (const ir::Carried& x : l.carried)
+    if (x.next == k.op(dots[0]).result && uses[size_t(x.result)] == 1)
+      for (const ir::Op& op : k.ops)
+        stored = stored || (op.kind == ir::OpKind::Store && !op.inputs.empty() && op.inputs[0] == x.result);
+  if (!stored) return;
+  // K's block: an A block of 128 rows takes a quarter of the L2 (256 with 512 KiB).
+  int64_t block_k = 16;
+  while (block_k * 2 <= k_extent && 128 * block_k * 2 * 4 <= limits.fast_memory_bytes / 4) block_k *= 2;
+  if (!set_block(n, n_extent) || !set_block(m, 128) || !set_block(kk, block_k)) return;
+  c.set(a_name, config::keys::kStream);
+  c.set(b_name, config::keys::kResident);
+  space.suggest(c);
+}
+
 }  // namespace
 
 void extend_space(const ir::Kernel& k, const config::TargetLimits& limits, config::ConfigSpace& space) {
@@ -320,6 +382,7 @@ void extend_space(const ir::Kernel& k, const config::TargetLimits& limits, confi
   int64_t work = per_block;
   for (int a : grid.axes) work *= std::max<int64_t>(k.axis(a).extent, 1);
   space.add(threads, work < (int64_t(1) << 17) ? 1 : std::max(limits.cores, 1));
+  suggest_goto_order(k, limits, space);
 }
 
 }  // namespace deuteron::cpu

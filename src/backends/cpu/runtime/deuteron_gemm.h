@@ -78,6 +78,17 @@ inline constexpr int64_t KC = chunk_for_l1(DT_L1D_BYTES);
 // 0.982x, epilogue_subtiling 0.987x, broadcast_matmul 0.994x; matmul built for AVX2 0.990x. A
 // packed or cached A (attention's products) keeps KC: 512 made attention 1.037x slower (session 22).
 inline constexpr int64_t KC_AHEAD = KC > 512 ? KC : 512;
+// The B panels one A panel sweeps (kc x N) must stay in the L2 for the next A panel: a wider N
+// is swept in column chunks whose kc rows take at most half of the L2 the compiler passes in
+// (DT_L2_BYTES, from CPUID), the rest left to the A block and C's rows. Without them a tile as
+// wide as matmul 2048^3's N (2 MiB per chunk of K) re-read B from the L3 for every A panel.
+#ifndef DT_L2_BYTES
+#define DT_L2_BYTES 1048576
+#endif
+DG_INLINE constexpr int64_t columns_for_l2(int64_t kc) {
+  const int64_t panels = (DT_L2_BYTES / 2) / (kc * NR * int64_t(sizeof(float)));
+  return (panels > 1 ? panels : 1) * NR;
+}
 
 typedef float vec __attribute__((vector_size(kVec * 4)));
 typedef float vec_u __attribute__((vector_size(kVec * 4), aligned(4)));
@@ -251,8 +262,8 @@ static inline void pack_a(const void* src, int64_t rs, int64_t cs, int64_t M, in
 
 // C[M x N] (+)= A[M x K] B[K x N], C row-major with row stride ldc. accumulate = false
 // overwrites C (K = 0 then writes zeros). Per chunk of KC steps along K (KC_AHEAD for an A from
-// memory), each A panel (MR x KC, 6-12 KiB) stays in L1 while the micro-kernel sweeps the B
-// panels (streamed from L2).
+// memory) and of columns_for_l2 columns, each A panel (MR x KC, 6-12 KiB) stays in L1 while the
+// micro-kernel sweeps the B panels (streamed from L2).
 static inline void gemm(int64_t M, int64_t N, int64_t K, AView A, BView B, float* __restrict c, int64_t ldc,
                         bool accumulate) {
   if (M <= 0 || N <= 0) return;
@@ -284,33 +295,35 @@ static inline void gemm(int64_t M, int64_t N, int64_t K, AView A, BView B, float
       for (int64_t k = 0; k < kc; ++k)
         for (int64_t j = 0; j < NR; ++j) edge_b[k * NR + j] = j < N - last ? bp[k * B.rs + j] : 0.0f;
     }
-    for (int64_t i0 = 0; i0 < M; i0 += MR) {
-      const int rows = int(M - i0 < MR ? M - i0 : MR);
-      const int run = rows + (rows & 1);  // rows the micro-kernel computes
-      const float* ap = A.h ? nullptr : A.p + (i0 / MR) * A.ps + k0 * A.cs;
-      int64_t a_rs = A.rs, a_cs = A.cs;
-      bool pk = packed_a;
-      if (A.h && A.cs == 1) {
-        // A bf16 block in place, K contiguous: widen this panel's rows as they are (zero past
-        // M) and read them in place. Packing it (a transpose) cost as much as the products of a
-        // 64-column block: 17% of a widened matmul 2048^3's time on a Zen 4.
-        for (int i = 0; i < run; ++i)
+    const int64_t nc = columns_for_l2(kc);
+    for (int64_t n0 = 0; n0 < N; n0 += nc)
+      for (int64_t i0 = 0; i0 < M; i0 += MR) {
+        const int rows = int(M - i0 < MR ? M - i0 : MR);
+        const int run = rows + (rows & 1);  // rows the micro-kernel computes
+        const float* ap = A.h ? nullptr : A.p + (i0 / MR) * A.ps + k0 * A.cs;
+        int64_t a_rs = A.rs, a_cs = A.cs;
+        bool pk = packed_a;
+        if (A.h && A.cs == 1) {
+          // A bf16 block in place, K contiguous: widen this panel's rows as they are (zero past
+          // M) and read them in place. Packing it (a transpose) cost as much as the products of a
+          // 64-column block: 17% of a widened matmul 2048^3's time on a Zen 4.
+          for (int i = 0; i < run; ++i)
 #pragma omp simd
           for (int64_t k = 0; k < kc; ++k)
             edge_a[i * KC + k] = i < rows ? bf16_to_f32(A.h[(i0 + i) * A.rs + k0 + k]) : 0.0f;
         ap = edge_a;
         a_rs = KC;
         pk = false;
-      } else if (A.h) {  // other layouts: widen this panel into the packed layout (zero past M)
-        pack_a<BF16>(A.h + i0 * A.rs + k0 * A.cs, A.rs, A.cs, rows, kc, KC, edge_a);
-        ap = edge_a;
-        pk = true;
-      } else if (run != rows && !pk) {  // packed panels are zero past M already
-        for (int64_t k = 0; k < kc; ++k)
-          for (int i = 0; i < MR; ++i) edge_a[k * MR + i] = i < rows ? ap[i * A.rs + k * A.cs] : 0.0f;
-        ap = edge_a;
-        pk = true;
-      }
+        } else if (A.h) {  // other layouts: widen this panel into the packed layout (zero past M)
+          pack_a<BF16>(A.h + i0 * A.rs + k0 * A.cs, A.rs, A.cs, rows, kc, KC, edge_a);
+          ap = edge_a;
+          pk = true;
+        } else if (run != rows && !pk) {  // packed panels are zero past M already
+          for (int64_t k = 0; k < kc; ++k)
+            for (int i = 0; i < MR; ++i) edge_a[k * MR + i] = i < rows ? ap[i * A.rs + k * A.cs] : 0.0f;
+          ap = edge_a;
+          pk = true;
+        }
       // The next A panel read in place, into L2 while this one runs: the micro-kernel's own
       // prefetch, 64 steps ahead, comes too late for rows from memory.
       const float* next_a = nullptr;
@@ -326,7 +339,7 @@ static inline void gemm(int64_t M, int64_t N, int64_t K, AView A, BView B, float
       // matmul 2048^3 0.986x the time, bmm 0.985x; a burst at the panel's start was neutral.
       if (A.ahead && A.cs == 1 && !pk && i0 + MR < M) next_a = ap + A.ps;
 #endif
-      for (int64_t j0 = 0; j0 < N; j0 += NR) {
+      for (int64_t j0 = n0; j0 < N && j0 < n0 + nc; j0 += NR) {
         const int64_t n = N - j0 < NR ? N - j0 : NR;
         const float* bp = B.p + (j0 / NR) * B.ps + k0 * B.rs;
         int64_t b_rs = B.rs;
@@ -338,7 +351,7 @@ static inline void gemm(int64_t M, int64_t N, int64_t K, AView A, BView B, float
         if (n == NR && run == rows) {
           if (pk) micro_rows<true>(rows, kc, ap, 1, MR, bp, b_rs, cp, ldc, acc);
           else
-            micro_rows<false>(rows, kc, ap, a_rs, a_cs, bp, b_rs, cp, ldc, acc, j0 == 0 ? next_a : nullptr);
+            micro_rows<false>(rows, kc, ap, a_rs, a_cs, bp, b_rs, cp, ldc, acc, j0 == n0 ? next_a : nullptr);
         } else {
           for (int i = 0; i < run; ++i)
             for (int64_t j = 0; j < NR; ++j) tile[i * NR + j] = acc && i < rows && j < n ? cp[i * ldc + j] : 0.0f;
@@ -348,7 +361,7 @@ static inline void gemm(int64_t M, int64_t N, int64_t K, AView A, BView B, float
             for (int64_t j = 0; j < n; ++j) cp[i * ldc + j] = tile[i * NR + j];
         }
       }
-    }
+      }
   }
 }
 
