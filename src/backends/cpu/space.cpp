@@ -252,9 +252,14 @@ void suggest_goto_order(const ir::Kernel& k, const config::TargetLimits& limits,
   if (dots.size() != 1) return;
   std::string a_name, b_name;
   int loop = -1;
+  bool f32 = true;  // a bf16 B is packed as pairs and not shared: matmul 301x203x517 needed 1169 KiB
   for (const config::OperandTunable& o : config::operand_tunables(k))
-    if (o.dot == dots[0]) (o.operand == 0 ? a_name : b_name) = o.name, loop = o.loop;
-  if (a_name.empty() || b_name.empty() || k.loop(loop).parent < 0 || !k.loop(k.loop(loop).parent).grid)
+    if (o.dot == dots[0]) {
+      (o.operand == 0 ? a_name : b_name) = o.name, loop = o.loop;
+      f32 = f32 && k.tensors[size_t(k.op(o.load).tensor)].dtype == DType::f32;
+    }
+  if (a_name.empty() || b_name.empty() || !f32 || k.loop(loop).parent < 0 ||
+      !k.loop(k.loop(loop).parent).grid)
     return;
   const auto& ad = k.value(k.op(dots[0]).inputs[0]).dims;
   const auto& bd = k.value(k.op(dots[0]).inputs[1]).dims;
