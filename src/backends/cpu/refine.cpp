@@ -768,11 +768,11 @@ class Refiner {
     // panel of it at a time, which must fit the L2 with the rest; the whole copy may take half
     // of the last-level cache.
     int64_t l3_share = (cpu_info().l3_bytes > 0 ? cpu_info().l3_bytes : int64_t(32) << 20) / 2;
+    // Grid axes of one block (a dot's whole N in one grid block) select nothing either.
+    auto one_block = [&](int a) { return p_.block[size_t(a)] >= k().axis(a).extent; };
     for (size_t i = 0; i < p_.operands.size(); ++i) {
       const plan::BlockSpec& s = p_.operands[i];
       Staging& st = p_.staging[i];
-      // Grid axes of one block (a dot's whole N in one grid block) select nothing either.
-      auto one_block = [&](int a) { return p_.block[size_t(a)] >= k().axis(a).extent; };
       if (s.placement != plan::Placement::Resident || st.dot < 0 || st.dot_operand != 1 || !s.reuse ||
           !std::all_of(s.reuse_axes.begin(), s.reuse_axes.end(), one_block) || st.fast_bytes > l3_share)
         continue;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdint>
 #include <map>
 #include <set>
 
@@ -165,6 +166,14 @@ std::string operand_default(const ir::Kernel& k, const config::ConfigSpace& spac
   return config::keys::kInPlace;  // read in place, or packed by the dot where it must be
 }
 
+// The largest value of a block tunable at most `want` (its smallest when none is).
+Json at_most(const Tunable& t, int64_t want) {
+  Json best = t.values.front();
+  for (const Json& v : t.values)
+    if (v.is_number_integer() && v.get<int64_t>() <= want) best = v;
+  return best;
+}
+
 // Without dots or whole dims, a block takes whole contiguous rows up to 4096 elements (16 KiB of f32), and
 // the grid's other tile axes proportionally fewer rows: the target-neutral default (512 per
 // row) cuts a row into several short runs, each a restart of the hardware prefetcher.
@@ -179,12 +188,6 @@ void whole_row_defaults(const ir::Kernel& k, config::ConfigSpace& space) {
     if ((op.kind == ir::OpKind::Load || op.kind == ir::OpKind::Store) && !op.index.empty() &&
         op.index.back().kind == ir::Index::Kind::Axis && k.axis(op.index.back().axis).kind == ir::AxisKind::Tile)
       innermost.insert(k.axis(op.index.back().axis).block_param);
-  auto at_most = [&](const Tunable& t, int64_t want) {  // the largest value <= want
-    Json best = t.values.front();
-    for (const Json& v : t.values)
-      if (v.is_number_integer() && v.get<int64_t>() <= want) best = v;
-    return best;
-  };
   int64_t factor = 1;
   for (int p : innermost) {
     const config::Tunable* t = p >= 0 ? space.find(k.block_params[size_t(p)].name) : nullptr;
@@ -267,20 +270,13 @@ void suggest_goto_order(const ir::Kernel& k, const config::TargetLimits& limits,
   for (size_t i = 0; i + 2 < bd.size(); ++i)
     if (bd[i] != ir::kOne) return;  // a B per batch (bmm): a grid index selects it
   config::Config c = space.default_config();
-  // The block of a tiled axis nearest `want` (the smallest at least it, else the largest); an
-  // axis read whole needs none.
+  // A tiled axis's block: at most `want`; an axis read whole needs none.
   auto set_block = [&](int axis, int64_t want) {
     if (axis == ir::kOne || k.axis(axis).kind != ir::AxisKind::Tile) return true;
     const ir::BlockParam& bp = k.block_params[size_t(k.axis(axis).block_param)];
     const Tunable* t = bp.fixed ? nullptr : space.find(bp.name);
     if (!t || t->values.empty()) return false;
-    config::Json best = t->values.back();
-    for (const config::Json& v : t->values)
-      if (v.get<int64_t>() >= want) {
-        best = v;
-        break;
-      }
-    c.set(bp.name, best);
+    c.set(bp.name, at_most(*t, want));
     return true;
   };
   const int64_t k_extent = k.axis(kk).extent, n_extent = n == ir::kOne ? 1 : k.axis(n).extent;
@@ -301,7 +297,8 @@ void suggest_goto_order(const ir::Kernel& k, const config::TargetLimits& limits,
   // K's block: an A block of 128 rows takes a quarter of the L2 (256 with 512 KiB).
   int64_t block_k = 16;
   while (block_k * 2 <= k_extent && 128 * block_k * 2 * 4 <= limits.fast_memory_bytes / 4) block_k *= 2;
-  if (!set_block(n, n_extent) || !set_block(m, 128) || !set_block(kk, block_k)) return;
+  // N whole: its largest block, which covers the dim.
+  if (!set_block(n, INT64_MAX) || !set_block(m, 128) || !set_block(kk, block_k)) return;
   c.set(a_name, config::keys::kStream);
   c.set(b_name, config::keys::kResident);
   space.suggest(c);

@@ -296,7 +296,7 @@ static inline void gemm(int64_t M, int64_t N, int64_t K, AView A, BView B, float
         for (int64_t j = 0; j < NR; ++j) edge_b[k * NR + j] = j < N - last ? bp[k * B.rs + j] : 0.0f;
     }
     const int64_t nc = columns_for_l2(kc);
-    for (int64_t n0 = 0; n0 < N; n0 += nc)
+    for (int64_t n0 = 0; n0 < N; n0 += nc) {
       for (int64_t i0 = 0; i0 < M; i0 += MR) {
         const int rows = int(M - i0 < MR ? M - i0 : MR);
         const int run = rows + (rows & 1);  // rows the micro-kernel computes
@@ -309,11 +309,11 @@ static inline void gemm(int64_t M, int64_t N, int64_t K, AView A, BView B, float
           // 64-column block: 17% of a widened matmul 2048^3's time on a Zen 4.
           for (int i = 0; i < run; ++i)
 #pragma omp simd
-          for (int64_t k = 0; k < kc; ++k)
-            edge_a[i * KC + k] = i < rows ? bf16_to_f32(A.h[(i0 + i) * A.rs + k0 + k]) : 0.0f;
-        ap = edge_a;
-        a_rs = KC;
-        pk = false;
+            for (int64_t k = 0; k < kc; ++k)
+              edge_a[i * KC + k] = i < rows ? bf16_to_f32(A.h[(i0 + i) * A.rs + k0 + k]) : 0.0f;
+          ap = edge_a;
+          a_rs = KC;
+          pk = false;
         } else if (A.h) {  // other layouts: widen this panel into the packed layout (zero past M)
           pack_a<BF16>(A.h + i0 * A.rs + k0 * A.cs, A.rs, A.cs, rows, kc, KC, edge_a);
           ap = edge_a;
@@ -324,44 +324,48 @@ static inline void gemm(int64_t M, int64_t N, int64_t K, AView A, BView B, float
           ap = edge_a;
           pk = true;
         }
-      // The next A panel read in place, into L2 while this one runs: the micro-kernel's own
-      // prefetch, 64 steps ahead, comes too late for rows from memory.
-      const float* next_a = nullptr;
+        // The next A panel read in place, into L2 while this one runs: the micro-kernel's own
+        // prefetch, 64 steps ahead, comes too late for rows from memory.
+        const float* next_a = nullptr;
 #if !defined(__AVX512F__)
-      // AVX2's 6 x 16 tile spends a quarter of AVX-512's time per step of K: all of it at the
-      // panel's start (matmul 2048^3 with AVX2 on a Zen 4: 0.984x the time, 6 alternating rounds).
-      if (!A.h && A.cs == 1 && !pk)
-        for (int64_t i = i0 + MR; i < M && i < i0 + 2 * MR; ++i)
-          for (int64_t k = 0; k < kc; k += 16) __builtin_prefetch(A.p + (i / MR) * A.ps + (i % MR) * A.rs + k0 + k, 0, 2);
+        // AVX2's 6 x 16 tile spends a quarter of AVX-512's time per step of K: all of it at the
+        // panel's start (matmul 2048^3 with AVX2 on a Zen 4: 0.984x the time, 6 alternating rounds).
+        if (!A.h && A.cs == 1 && !pk)
+          for (int64_t i = i0 + MR; i < M && i < i0 + 2 * MR; ++i)
+            for (int64_t k = 0; k < kc; k += 16)
+              __builtin_prefetch(A.p + (i / MR) * A.ps + (i % MR) * A.rs + k0 + k, 0, 2);
 #else
-      // AVX-512: spread along the first B panel's K steps, for rows from memory only (AView::ahead;
-      // A blocks reused across trips stay in cache). On a Zen 4 (session 26, 8 alternating rounds):
-      // matmul 2048^3 0.986x the time, bmm 0.985x; a burst at the panel's start was neutral.
-      if (A.ahead && A.cs == 1 && !pk && i0 + MR < M) next_a = ap + A.ps;
+        // AVX-512: spread along the first B panel's K steps, for rows from memory only (AView::ahead;
+        // A blocks reused across trips stay in cache). On a Zen 4 (session 26, 8 alternating rounds):
+        // matmul 2048^3 0.986x the time, bmm 0.985x; a burst at the panel's start was neutral.
+        if (A.ahead && A.cs == 1 && !pk && i0 + MR < M) next_a = ap + A.ps;
 #endif
-      for (int64_t j0 = n0; j0 < N && j0 < n0 + nc; j0 += NR) {
-        const int64_t n = N - j0 < NR ? N - j0 : NR;
-        const float* bp = B.p + (j0 / NR) * B.ps + k0 * B.rs;
-        int64_t b_rs = B.rs;
-        if (n < NR && !B.padded) {
-          bp = edge_b;
-          b_rs = NR;
-        }
-        float* cp = c + i0 * ldc + j0;
-        if (n == NR && run == rows) {
-          if (pk) micro_rows<true>(rows, kc, ap, 1, MR, bp, b_rs, cp, ldc, acc);
-          else
-            micro_rows<false>(rows, kc, ap, a_rs, a_cs, bp, b_rs, cp, ldc, acc, j0 == n0 ? next_a : nullptr);
-        } else {
-          for (int i = 0; i < run; ++i)
-            for (int64_t j = 0; j < NR; ++j) tile[i * NR + j] = acc && i < rows && j < n ? cp[i * ldc + j] : 0.0f;
-          if (pk) micro_rows<true>(run, kc, ap, 1, MR, bp, b_rs, tile, NR, true);
-          else micro_rows<false>(run, kc, ap, a_rs, a_cs, bp, b_rs, tile, NR, true);
-          for (int i = 0; i < rows; ++i)
-            for (int64_t j = 0; j < n; ++j) cp[i * ldc + j] = tile[i * NR + j];
+        for (int64_t j0 = n0; j0 < N && j0 < n0 + nc; j0 += NR) {
+          const int64_t n = N - j0 < NR ? N - j0 : NR;
+          const float* bp = B.p + (j0 / NR) * B.ps + k0 * B.rs;
+          int64_t b_rs = B.rs;
+          if (n < NR && !B.padded) {
+            bp = edge_b;
+            b_rs = NR;
+          }
+          float* cp = c + i0 * ldc + j0;
+          if (n == NR && run == rows) {
+            if (pk) micro_rows<true>(rows, kc, ap, 1, MR, bp, b_rs, cp, ldc, acc);
+            else
+              micro_rows<false>(rows, kc, ap, a_rs, a_cs, bp, b_rs, cp, ldc, acc,
+                                j0 == n0 ? next_a : nullptr);
+          } else {
+            for (int i = 0; i < run; ++i)
+              for (int64_t j = 0; j < NR; ++j)
+                tile[i * NR + j] = acc && i < rows && j < n ? cp[i * ldc + j] : 0.0f;
+            if (pk) micro_rows<true>(run, kc, ap, 1, MR, bp, b_rs, tile, NR, true);
+            else micro_rows<false>(run, kc, ap, a_rs, a_cs, bp, b_rs, tile, NR, true);
+            for (int i = 0; i < rows; ++i)
+              for (int64_t j = 0; j < n; ++j) cp[i * ldc + j] = tile[i * NR + j];
+          }
         }
       }
-      }
+    }
   }
 }
 
