@@ -567,6 +567,100 @@ TEST(DotPlan, AccumulatorLivesInTheOutputTile) {
   EXPECT_NE(source.find("dt::gemm::gemm(n_t0, n_t1, 0,"), std::string::npos) << source;
 }
 
+// An accumulator that starts as zeros and whose elementwise epilogue an f32 output stores at the
+// accumulator's own tile lives in that tile when it is too large to keep in fast memory (more
+// than half the L2): the epilogue reads each element there and writes its result over it. So the
+// product may take a tile of whole rows of N (Goto's order) and keep its epilogue fused. A
+// smaller tile stays compact in fast memory, and so does one that an op after the store reads
+// again (it would find the epilogue's results). Against float64 loops at a ragged M and K, at N
+// in one block, at small blocks and at size 1, on 1 and 2 threads; sizes from this machine's L2.
+TEST(DotPlan, EpilogueWritesOverTheAccumulatorInTheOutputTile) {
+  static const auto k =
+      deuteron::kernel("dot_plan_epilogue_in_output", [](hl::Tensor x, hl::Tensor y, hl::Tensor bias) {
+        auto out = hl::empty({x.size(0), y.size(1)});
+        for (auto [tm, tn] : hl::tile({x.size(0), y.size(1)})) {
+          auto acc = hl::zeros({tm, tn});
+          for (auto tk : hl::tile(x.size(1))) acc = hl::dot(x[{tm, tk}], y[{tk, tn}], acc);
+          out[{tm, tn}] = hl::maximum(acc + bias[tn], 0.0) - acc * 0.5;
+        }
+        return out;
+      });
+  auto want = [](const Tensor& x, const Tensor& y, const Tensor& bias) {
+    const int64_t m = x.size(0), kk = x.size(1), n = y.size(1);
+    std::vector<double> c = product(x, y, 1, m, kk, n);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double& v = c[size_t(i * n + j)];
+        v = std::max(v + bias.get(j), 0.0) - v * 0.5;
+      }
+    return c;
+  };
+  int64_t rows = 1;  // a tile of whole rows of 203 floats, past half the L2
+  while (rows * 203 * int64_t(sizeof(float)) <= cpu::cpu_info().l2_bytes / 2) rows *= 2;
+  const int64_t m = rows + 3;
+  Tensor x = Tensor::rand({m, 45}, DType::f32, 1), y = Tensor::rand({45, 203}, DType::f32, 2),
+         bias = Tensor::rand({203}, DType::f32, 3);
+  auto s = driver::specialize(k, frontend::describe_args(k, {x, y, bias}), "cpu");
+  const std::string whole_n = fmt::format(R"({{"block_t0": {}, "block_t1": 256, "block_t2": 16,
+      "inner_t2_arg0": "stream", "inner_t2_arg1": "resident", "stores": "cached"}})",
+                                          rows);
+  const std::string small = R"({"block_t0": 8, "block_t1": 16, "block_t2": 16, "stores": "cached"})";
+  for (const std::string& json : {whole_n, small}) {
+    const bool in_output = json == whole_n;
+    config::Config c = s.space.complete(config::Config::parse(json));
+    cpu::CpuPlan p = cpu::refine(driver::lower(s, c));
+    ASSERT_EQ(p.gemms.size(), 1u);
+    EXPECT_EQ(p.gemms[0].out_store >= 0, in_output) << json;
+    EXPECT_EQ(p.gemms[0].out_epilogue, in_output) << json;
+    EXPECT_EQ(p.materialized[size_t(p.gemms[0].acc_phi)], !in_output) << json;
+    EXPECT_EQ(cpu::describe(p).find("the epilogue reads it there and writes over it") != std::string::npos,
+              in_output);
+    const std::string code = s.backend->emit(driver::lower(s, c));
+    if (in_output) {
+      EXPECT_NE(code.find("out0 + o_t0 * 203 + o_t1, 203, o_t2 != begin_t2);"), std::string::npos) << code;
+      EXPECT_EQ(code.find("starts as"), std::string::npos) << code;  // no zero fill
+      EXPECT_NE(
+          code.find(
+              "= out0[((o_t0 + i_t0)) * 203 + (o_t1 + i_t1)];  // the accumulator, in the output's tile"),
+          std::string::npos)
+          << code;
+    }
+    for (int threads : {1, 2}) {
+      c.set("num_threads", threads);
+      expect_close(api::run(k, {x, y, bias}, "cpu", c).outputs[0], want(x, y, bias), 1e-5, c.dump());
+    }
+  }
+  Tensor x1 = Tensor::rand({1, 1}, DType::f32, 4), y1 = Tensor::rand({1, 1}, DType::f32, 5),
+         b1 = Tensor::rand({1}, DType::f32, 6);
+  expect_close(api::run(k, {x1, y1, b1}, "cpu", config::Config()).outputs[0], want(x1, y1, b1), 1e-6,
+               "1 x 1 x 1");
+
+  // A row sum of the accumulator after the store (in the store's pass) reads it again: it stays
+  // in fast memory, though the tile is as large.
+  static const auto read_after =
+      deuteron::kernel("dot_plan_epilogue_read_after", [](hl::Tensor x, hl::Tensor y) {
+        auto out = hl::empty({x.size(0), y.size(1)}), sums = hl::empty({x.size(0)});
+        for (auto tm : hl::tile(x.size(0))) {
+          auto acc = hl::zeros({tm, y.size(1)});
+          for (auto tk : hl::tile(x.size(1))) acc = hl::dot(x[{tm, tk}], y[{tk, hl::all}], acc);
+          out[{tm, hl::all}] = acc * 2.0;
+          sums[tm] = acc.sum(1);
+        }
+        return std::make_tuple(out, sums);
+      });
+  const config::TargetLimits roomy = cpu_limits(int64_t(16) << 20);  // room for the tile in fast memory
+  auto s2 = driver::specialize(read_after, frontend::describe_args(read_after, {x, y}), "cpu", roomy);
+  config::Config c2 =
+      s2.space.complete(config::Config::parse(fmt::format(R"({{"block_t0": {}, "block_t1": 16}})", rows)));
+  EXPECT_LT(cpu::refine(driver::lower(s2, c2), roomy).gemms[0].out_store, 0);
+  c2.set("block_t0", 8);
+  auto r = api::run(read_after, {x, y}, "cpu", c2);
+  std::vector<double> prod = product(x, y, 1, m, 45, 203), doubled = prod, sums(size_t(m), 0.0);
+  for (size_t i = 0; i < prod.size(); ++i) doubled[i] *= 2, sums[i / 203] += prod[i];
+  expect_close(r.outputs[0], doubled, 1e-5, "out");
+  expect_close(r.outputs[1], sums, 1e-4, "sums");
+}
+
 // An output whose rows are the L2's set span apart (l2_bytes / l2_ways: 64 KiB on a Zen 3, 128
 // KiB on Zen 4 and on a Xeon with 2 MiB of 16-way L2) puts every row of its tile into the same
 // sets. A tile of more rows than the L2 has ways would leave the L2 between the blocks of K that

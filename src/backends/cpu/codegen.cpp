@@ -865,6 +865,12 @@ class Generator {
     auto memo = scalars_.find(v);
     if (memo != scalars_.end()) return memo->second;
     if (p_.materialized[size_t(v)]) return fmt::format("m{}[{}]", storage_value(v), storage_index(v));
+    if (const ir::Op* tile = output_tile(storage_value(v))) {  // read once, before the store writes over it
+      std::string name = fmt::format("v{}", v);
+      line(fmt::format("const float {} = {};  // the accumulator, in the output's tile", name,
+                       load_expr(*tile)));
+      return scalars_[v] = name;
+    }
     int def = k_.value(v).def_op;
     if (def < 0) throw std::logic_error(fmt::format("codegen: value %{} is not available", v));
     return compute(k_.ops[size_t(def)]);
@@ -2032,6 +2038,12 @@ class Generator {
     return std::any_of(p_.gemms.begin(), p_.gemms.end(),
                        [&](const Gemm& d) { return d.out_store >= 0 && d.acc_phi == phi; });
   }
+  // The store whose output tile holds accumulator `phi` for its epilogue to read (Gemm::out_epilogue).
+  const ir::Op* output_tile(ir::ValueId phi) const {
+    for (const Gemm& d : p_.gemms)
+      if (d.out_epilogue && d.acc_phi == phi) return &k_.ops[size_t(d.out_store)];
+    return nullptr;
+  }
   // Whether load `op` reads a different block on each trip of loop `loop`: an index follows one of its axes.
   bool moves_with(const ir::Op& op, int loop) const {
     const std::vector<int>& axes = k_.loops[size_t(loop)].axes;
@@ -2270,7 +2282,7 @@ class Generator {
     walk(k_.top);
     for (const Gemm& d : p_.gemms) {
       if (d.acc_phi >= 0) alias_[k_.ops[size_t(d.op)].result] = d.acc_phi;
-      if (d.out_store >= 0) fused_.insert(d.out_store);  // the dot writes the tile
+      if (d.out_store >= 0 && !d.out_epilogue) fused_.insert(d.out_store);  // the dot writes the tile
     }
   }
 

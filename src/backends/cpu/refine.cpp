@@ -96,6 +96,46 @@ std::vector<int> streamable_stores(const ir::Kernel& k) {
 
 namespace {
 
+std::vector<int> non_one(const std::vector<int>& dims) {
+  std::vector<int> out;
+  for (int d : dims)
+    if (d != ir::kOne) out.push_back(d);
+  return out;
+}
+
+}  // namespace
+
+int accumulator_store(const ir::Kernel& k, int loop, const ir::Carried& c) {
+  const ir::Loop& l = k.loop(loop);
+  const ir::Op* init = k.def(c.init);
+  const bool zeros = init && init->kind == ir::OpKind::Full && init->axis < 0 && init->number.real == 0.0 &&
+                     init->number.integer == 0;
+  const std::vector<int> uses = ir::use_counts(k);
+  if (!zeros || l.axes.size() != 1 || uses[size_t(c.phi)] != 1 || uses[size_t(c.next)] != 1) return -1;
+  // Whether v is computed from the accumulator's final value.
+  std::map<ir::ValueId, bool> memo;
+  std::function<bool(ir::ValueId)> from_acc = [&](ir::ValueId v) -> bool {
+    if (v == c.result) return true;
+    if (auto m = memo.find(v); m != memo.end()) return m->second;
+    const int def = k.value(v).def_op;
+    bool r = false;
+    if (def >= 0)
+      for (ir::ValueId in : k.op(def).inputs) r = r || from_acc(in);
+    return memo[v] = r;
+  };
+  const std::vector<int> acc_axes = non_one(k.value(c.result).dims);
+  for (int o : streamable_stores(k)) {
+    const ir::Op& st = k.op(o);
+    std::vector<int> axes;
+    for (const ir::Index& e : st.index) axes.push_back(e.axis);
+    if (k.tensors[size_t(st.tensor)].dtype == DType::f32 && axes == acc_axes && from_acc(st.inputs[0]))
+      return o;
+  }
+  return -1;
+}
+
+namespace {
+
 // Bytes of a value's element in the generated code: bf16/f16/i32 are computed as 32-bit.
 int64_t cpp_size(DType t) {
   switch (t) {
@@ -106,13 +146,6 @@ int64_t cpp_size(DType t) {
 }
 
 int64_t round64(int64_t b) { return (b + 63) / 64 * 64; }
-
-std::vector<int> non_one(const std::vector<int>& dims) {
-  std::vector<int> out;
-  for (int d : dims)
-    if (d != ir::kOne) out.push_back(d);
-  return out;
-}
 
 class Refiner {
  public:
@@ -216,41 +249,109 @@ class Refiner {
     return (rows * row_lines + sets - 1) / sets > cpu_info().l2_ways;
   }
 
-  // Gemm::out_store: a dot whose accumulator starts as zeros and whose final value only a plain
-  // store writes out accumulates in the output's tile. Its accumulator then needs no fast memory.
+  // Gemm::out_store: a dot whose accumulator starts as zeros and whose final value a plain store
+  // writes out, or an epilogue writes over in place (Gemm::out_epilogue), accumulates in the
+  // output's tile. Its accumulator then needs no fast memory.
   void accumulate_in_outputs() {
-    const std::vector<int> stores = streamable_stores(k());
     const std::vector<int> uses = ir::use_counts(k());
     for (Gemm& g : p_.gemms) {
       const ir::Loop& l = k().loop(g.loop);
       const ir::Carried* c = nullptr;
       for (const ir::Carried& x : l.carried)
         if (x.phi == g.acc_phi) c = &x;
-      if (!c || g.acc_inline || l.axes.size() != 1 || c->next != k().op(g.op).result) continue;
-      const ir::Op* init = k().def(c->init);
-      bool zeros = init && init->kind == ir::OpKind::Full && init->axis < 0 && init->number.real == 0.0 &&
-                   init->number.integer == 0;
-      if (!zeros || uses[size_t(c->phi)] != 1 || uses[size_t(c->next)] != 1 || uses[size_t(c->result)] != 1)
+      if (!c || g.acc_inline || c->next != k().op(g.op).result) continue;
+      const int o = accumulator_store(k(), g.loop, *c);
+      if (o < 0 || p_.streamed_store(o)) continue;
+      const ir::Op& st = k().op(o);
+      const bool plain = st.inputs[0] == c->result && uses[size_t(c->result)] == 1;
+      if (!plain && (!epilogue_in_place(l, *c, o) || !too_large_to_keep(c->result))) continue;
+      if (tile_rows_collide(st, non_one(k().value(c->result).dims))) {
+        g.out_store_collides = o;
         continue;
-      for (int o : stores) {
-        const ir::Op& st = k().op(o);
-        if (st.inputs[0] != c->result || p_.streamed_store(o) ||
-            k().tensors[size_t(st.tensor)].dtype != DType::f32)
-          continue;
-        std::vector<int> axes;
-        for (const ir::Index& e : st.index) axes.push_back(e.axis);
-        if (axes != non_one(k().value(c->result).dims)) continue;
-        if (tile_rows_collide(st, axes)) {
-          g.out_store_collides = o;
-          break;
-        }
-        g.out_store = o;
-        for (ir::ValueId v : {c->phi, c->next, c->result}) p_.materialized[size_t(v)] = false;
-        // Nothing is left to prefetch for writing: the micro-kernel writes the tile.
-        std::erase_if(p_.prefetches, [&](const RowPrefetch& r) { return r.op == o; });
-        break;
       }
+      g.out_store = o;
+      g.out_epilogue = !plain;
+      for (ir::ValueId v : {c->phi, c->next, c->result}) p_.materialized[size_t(v)] = false;
+      // Nothing is left to prefetch for writing: the micro-kernel writes the tile.
+      std::erase_if(p_.prefetches, [&](const RowPrefetch& r) { return r.op == o; });
     }
+  }
+
+  // Whether an accumulator's tile is too large to keep compact in fast memory beside the dot's
+  // operands: more than half the L2. Only then does an epilogue read it from the output's tile.
+  // The epilogue reads the accumulator once more either way, so the output saves only the zero
+  // fill, while its rows, far apart, cost more than a compact copy: epilogue_subtiling 1024^3 in
+  // tiles of 128 x 64 ran 1.03-1.06x the time (Zen 3, two runs of 200 paired calls). Goto's order
+  // (a tile of whole rows of N) needs it.
+  bool too_large_to_keep(ir::ValueId acc) const {
+    int64_t bytes = int64_t(sizeof(float));
+    for (int a : non_one(k().value(acc).dims)) bytes *= std::min(p_.block[size_t(a)], extent_of(a));
+    return bytes > cpu_info().l2_bytes / 2;
+  }
+
+  // Whether store o can write over the output tile that holds the final value of accumulator c
+  // (carried around dot loop l) while its epilogue reads it there: o's group, in the body around
+  // l, maps over the accumulator's own axes and reads it only through elementwise ops at the
+  // same element, none of them after o; no later group or loop of that body reads it.
+  bool epilogue_in_place(const ir::Loop& l, const ir::Carried& c, int o) const {
+    if (l.parent < 0) return false;
+    const std::vector<int> acc_axes = non_one(k().value(c.result).dims);
+    bool elementwise = true;
+    std::map<ir::ValueId, bool> memo;
+    // Whether value v is the accumulator or computed from it inline (not kept in fast memory).
+    std::function<bool(ir::ValueId)> from_acc = [&](ir::ValueId v) -> bool {
+      if (v == c.result) return true;
+      if (p_.materialized[size_t(v)]) return false;
+      if (auto m = memo.find(v); m != memo.end()) return m->second;
+      const int def = k().value(v).def_op;
+      bool r = false;
+      if (def >= 0)
+        for (ir::ValueId in : k().op(def).inputs) r = from_acc(in) || r;
+      if (r) {
+        ir::OpKind kind = k().op(def).kind;
+        elementwise = elementwise && non_one(k().value(v).dims) == acc_axes &&
+                      (kind == ir::OpKind::Unary || kind == ir::OpKind::Binary || kind == ir::OpKind::Where ||
+                       kind == ir::OpKind::Cast);
+      }
+      return memo[v] = r;
+    };
+    auto reads_acc = [&](int op) {
+      bool r = false;
+      for (ir::ValueId in : k().op(op).inputs) r = from_acc(in) || r;
+      return r;
+    };
+    const std::vector<int> loop_of = ir::loop_of_ops(k());
+    auto inside = [&](int op, int loop) {
+      for (int at = loop_of[size_t(op)]; at >= 0; at = k().loop(at).parent)
+        if (at == loop) return true;
+      return false;
+    };
+    bool past = false;  // past o's group
+    for (const plan::Item& it : p_.bodies[size_t(l.parent)]) {
+      if (it.is_loop) {
+        if (past)
+          for (int op = 0; op < int(k().ops.size()); ++op)
+            if (inside(op, it.loop) && reads_acc(op)) return false;
+        continue;
+      }
+      const std::vector<int>& ops = it.group.ops;
+      auto at_o = std::find(ops.begin(), ops.end(), o);
+      if (past || at_o == ops.end()) {
+        if (past && std::any_of(ops.begin(), ops.end(), reads_acc)) return false;
+        continue;
+      }
+      if (non_one(it.group.domain) != acc_axes) return false;
+      for (auto op = ops.begin(); op != ops.end(); ++op) {
+        if (!reads_acc(*op)) continue;
+        ir::OpKind kind = k().op(*op).kind;
+        if (op > at_o || (op < at_o && kind != ir::OpKind::Unary && kind != ir::OpKind::Binary &&
+                          kind != ir::OpKind::Where && kind != ir::OpKind::Cast))
+          return false;
+      }
+      if (!reads_acc(o)) return false;
+      past = true;
+    }
+    return past && elementwise;
   }
 
   // Epilogue sub-tiling applies along the N dim of a dot in a loop directly inside the grid.
@@ -835,8 +936,9 @@ std::string describe(const CpuPlan& p) {
   for (const Gemm& g : p.gemms)
     if (g.out_store >= 0)
       out += fmt::format(
-          "    the dot at line {} accumulates in {}'s tile (no fast-memory copy to store, no zero fill)\n",
-          k.op(g.op).loc.line(), k.tensors[size_t(k.op(g.out_store).tensor)].name);
+          "    the dot at line {} accumulates in {}'s tile (no fast-memory copy to store, no zero fill){}\n",
+          k.op(g.op).loc.line(), k.tensors[size_t(k.op(g.out_store).tensor)].name,
+          g.out_epilogue ? "; the epilogue reads it there and writes over it" : "");
     else if (g.out_store_collides >= 0)
       out += fmt::format(
           "    the dot at line {} accumulates in fast memory: the rows of {}'s tile fall into too few L2 "

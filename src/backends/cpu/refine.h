@@ -46,6 +46,11 @@ struct Gemm {
   // dot then accumulates in the output's tile itself, its first block of K overwriting it, with
   // no zero fill and no copy out of fast memory (as a BLAS writes C). -1: in fast memory.
   int out_store = -1;
+  // With out_store: the store writes an elementwise epilogue of the accumulator (gelu(acc + bias
+  // + residual)), not the accumulator itself. The epilogue reads the accumulator from the
+  // output's tile and writes its result over it, element by element, so the product may take
+  // Goto's order (a tile of whole rows of N, larger than fast memory) and still be fused.
+  bool out_epilogue = false;
   // The store that could have been out_store, but whose tile rows compete for the same L2 sets
   // (Refiner::tile_rows_collide): the accumulator stays in fast memory. -1: none.
   int out_store_collides = -1;
@@ -83,6 +88,13 @@ bool along_f32_row(const ir::Kernel& k, const ir::Op& op, int a);
 // The Store ops that may stream: each the only access to an output the kernel never reads,
 // at plain tile indices, with the last dim contiguous. The space offers `stores` for these.
 std::vector<int> streamable_stores(const ir::Kernel& k);
+
+// The store whose output tile may hold the accumulator carried as `c` around dot loop `loop`
+// (Gemm::out_store), from the kernel alone: c starts as zeros, and the store, the only access to
+// an f32 output (a streamable store), writes at c's axes its final value or values computed from
+// it. -1: none. Whether an epilogue may write over the tile in place depends on the plan's groups:
+// the refiner checks that (Gemm::out_epilogue).
+int accumulator_store(const ir::Kernel& k, int loop, const ir::Carried& c);
 
 // A software prefetch that a pass of a row kernel's grid step issues one cache line at a time,
 // in its chunked loop along a tensor's contiguous rows, so that memory stays busy while the core

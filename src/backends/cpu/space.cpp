@@ -282,18 +282,14 @@ void suggest_goto_order(const ir::Kernel& k, const config::TargetLimits& limits,
   const int64_t k_extent = k.axis(kk).extent, n_extent = n == ir::kOne ? 1 : k.axis(n).extent;
   const int64_t l3 = cpu_info().l3_bytes > 0 ? cpu_info().l3_bytes : int64_t(32) << 20;
   if (4 * packed_b_elements(k_extent, n_extent) > l3 / 2) return;  // Refiner::scratch's share
-  // Only where the product accumulates in the output's rows, which only a store reads
-  // (Gemm::out_store). An epilogue needs the block's rows in fast memory, and so few of them
-  // lost: epilogue_subtiling and matmul_layernorm 1024^3 in 32 rows ran 1.05x the time of
-  // their tuned configs (6 alternating rounds each, Zen 3).
+  // Only where the product may accumulate in the output's rows (Gemm::out_store), which a store
+  // writes as they are or an elementwise epilogue writes over in place (Gemm::out_epilogue): a
+  // tile of whole rows of N is larger than fast memory.
   const ir::Loop& l = k.loop(loop);
-  const std::vector<int> uses = ir::use_counts(k);
-  bool stored = false;
+  bool in_output = false;
   for (const ir::Carried& x : l.carried)
-    if (x.next == k.op(dots[0]).result && uses[size_t(x.result)] == 1)
-      for (const ir::Op& op : k.ops)
-        stored = stored || (op.kind == ir::OpKind::Store && !op.inputs.empty() && op.inputs[0] == x.result);
-  if (!stored) return;
+    in_output = in_output || (x.next == k.op(dots[0]).result && accumulator_store(k, loop, x) >= 0);
+  if (!in_output) return;
   // K's block: an A block of 128 rows takes a quarter of the L2 (256 with 512 KiB).
   int64_t block_k = 16;
   while (block_k * 2 <= k_extent && 128 * block_k * 2 * 4 <= limits.fast_memory_bytes / 4) block_k *= 2;
