@@ -31,6 +31,7 @@
 #include "autotune/process.h"
 #include "autotune/search.h"
 #include "backends/cpu/compiler.h"
+#include "backends/cpu/hardware.h"
 #include "backends/pallas/backend.h"
 #include "deuteron/deuteron.h"
 #include "driver/driver.h"
@@ -479,9 +480,9 @@ void expect_correct(const KernelBase& k, const std::vector<Arg>& args, const Con
 
 // The cpu target suggests Goto's loop order for a plain product (ConfigSpace::suggestions): a
 // grid block of all of N, A streamed by blocks of K, B resident. The tuner times it right after
-// the default, marked "target", and it is correct at a ragged shape. So does a product with an
-// elementwise epilogue, which writes over the accumulator in the output's tile; a product of
-// bf16 operands gets no suggestion.
+// the default, marked "target", and it is correct at a ragged shape. A product with an
+// elementwise epilogue gets it too (the epilogue writes over the accumulator in the output's
+// tile), with plain stores where the output would stream; a product of bf16 operands gets none.
 const auto tune_matmul = test_kernels::tiled_matmul("autotune_test_matmul");
 const auto tune_matmul_relu = deuteron::kernel("autotune_test_matmul_relu", [](hl::Tensor x, hl::Tensor y) {
   auto out = hl::empty({x.size(0), y.size(1)});
@@ -523,6 +524,16 @@ TEST_F(Autotune, TargetSuggestionIsTimedAfterTheDefault) {
     for (int64_t i = 0; i < out[0].numel(); ++i) out[0].set(i, std::max(out[0].get(i), 0.0));
     return out;
   });
+  // An output past the L3 defaults to streaming stores, which would bypass the tile the product
+  // accumulates in: the suggestion keeps plain stores (shapes only; nothing is allocated).
+  std::vector<frontend::ArgSpec> tall = frontend::describe_args(tune_matmul, args);
+  const int64_t l3 = cpu::cpu_info().l3_bytes > 0 ? cpu::cpu_info().l3_bytes : int64_t(32) << 20;
+  tall[0].shape = {2 * l3 / (203 * 4), 96};
+  tall[0].strides = {96, 1};
+  auto past_l3 = driver::specialize(tune_matmul, tall, "cpu");
+  EXPECT_EQ(past_l3.space.default_config().text("stores"), "stream");
+  ASSERT_EQ(past_l3.space.suggestions().size(), 1u) << past_l3.space.describe();
+  EXPECT_EQ(past_l3.space.suggestions()[0].text("stores"), "cached");
   // A bf16 B is packed as pairs, which are not shared: the order would not fit the L2.
   std::vector<Arg> bf16 = {Tensor::rand({301, 96}, DType::bf16, 1), Tensor::rand({96, 203}, DType::bf16, 2)};
   EXPECT_TRUE(specialize(tune_matmul, bf16).space.suggestions().empty());

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include "api/api.h"
+#include "backends/cpu/hardware.h"
+#include "backends/cpu/refine.h"
 #include "catalogue.h"
 #include "catalogue_case.h"
 #include "driver/driver.h"
@@ -86,6 +88,34 @@ TEST_P(KernelTest, RandomConfigsMatchReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Catalogue, KernelTest, testing::ValuesIn(all_cases()), case_name);
+
+// The configs the target suggests (Goto's order for products) match the references: every
+// catalogue case that gets one, and the epilogue kernels at an N whose tile of 128 whole rows is
+// past half this machine's L2, where the epilogue writes over the accumulator in the output's
+// tile (Gemm::out_epilogue). M 130: two blocks, the second of 2 rows.
+TEST(KernelTargetSuggestions, MatchReference) {
+  const int64_t wide = cpu::cpu_info().l2_bytes / 2 / (128 * 4) + 37;
+  std::vector<Case> cases = all_cases();
+  for (const char* name : {"epilogue_subtiling", "matmul_layernorm"})
+    cases.push_back({name, DType::f32, {130, 17, wide}});
+  std::set<std::string> suggested;
+  for (const Case& c : cases) {
+    const auto& e = examples::find(c.kernel);
+    auto args = e.inputs(c.shape, c.dtype, 17);
+    auto s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), "cpu");
+    for (const config::Config& cfg : s.space.suggestions()) {
+      suggested.insert(c.kernel);
+      const std::string what = fmt::format("{} {} [{}], suggested {}", c.kernel, dtype_name(c.dtype),
+                                           fmt::join(c.shape, ", "), cfg.dump());
+      if (c.shape.back() == wide) {
+        EXPECT_TRUE(cpu::refine(driver::lower(s, cfg)).gemms.at(0).out_epilogue) << what;
+      }
+      expect_matches(e, args, api::run(*e.kernel, args, "cpu", cfg).outputs, what);
+    }
+  }
+  EXPECT_EQ(suggested,
+            (std::set<std::string>{"broadcast_matmul", "epilogue_subtiling", "matmul", "matmul_layernorm"}));
+}
 
 // Outputs written with streaming stores (`stores: stream`, which the tuner may choose) match too: rows that start and end inside a cache line, short
 // rows, size one. Every kernel whose outputs may stream (all but the atomic-add ones).

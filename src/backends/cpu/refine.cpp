@@ -289,6 +289,12 @@ class Refiner {
     return bytes > cpu_info().l2_bytes / 2;
   }
 
+  // An op whose result element depends only on its inputs' elements at the same place.
+  static bool maps_elements(const ir::Op& op) {
+    return op.kind == ir::OpKind::Unary || op.kind == ir::OpKind::Binary || op.kind == ir::OpKind::Where ||
+           op.kind == ir::OpKind::Cast;
+  }
+
   // Whether store o can write over the output tile that holds the final value of accumulator c
   // (carried around dot loop l) while its epilogue reads it there: o's group, in the body around
   // l, maps over the accumulator's own axes and reads it only through elementwise ops at the
@@ -307,12 +313,8 @@ class Refiner {
       bool r = false;
       if (def >= 0)
         for (ir::ValueId in : k().op(def).inputs) r = from_acc(in) || r;
-      if (r) {
-        ir::OpKind kind = k().op(def).kind;
-        elementwise = elementwise && non_one(k().value(v).dims) == acc_axes &&
-                      (kind == ir::OpKind::Unary || kind == ir::OpKind::Binary || kind == ir::OpKind::Where ||
-                       kind == ir::OpKind::Cast);
-      }
+      if (r)
+        elementwise = elementwise && non_one(k().value(v).dims) == acc_axes && maps_elements(k().op(def));
       return memo[v] = r;
     };
     auto reads_acc = [&](int op) {
@@ -341,13 +343,8 @@ class Refiner {
         continue;
       }
       if (non_one(it.group.domain) != acc_axes) return false;
-      for (auto op = ops.begin(); op != ops.end(); ++op) {
-        if (!reads_acc(*op)) continue;
-        ir::OpKind kind = k().op(*op).kind;
-        if (op > at_o || (op < at_o && kind != ir::OpKind::Unary && kind != ir::OpKind::Binary &&
-                          kind != ir::OpKind::Where && kind != ir::OpKind::Cast))
-          return false;
-      }
+      for (auto op = ops.begin(); op != ops.end(); ++op)
+        if (op != at_o && reads_acc(*op) && (op > at_o || !maps_elements(k().op(*op)))) return false;
       if (!reads_acc(o)) return false;
       past = true;
     }

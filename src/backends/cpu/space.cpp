@@ -297,6 +297,9 @@ void suggest_goto_order(const ir::Kernel& k, const config::TargetLimits& limits,
   if (!set_block(n, INT64_MAX) || !set_block(m, 128) || !set_block(kk, block_k)) return;
   c.set(a_name, config::keys::kStream);
   c.set(b_name, config::keys::kResident);
+  // The tile accumulates in the output, which streaming stores would bypass (an output past the
+  // L3 defaults to them: matmul 65536 x 1024 x 256).
+  if (space.find(kStores)) c.set(kStores, kStoresCached);
   space.suggest(c);
 }
 
