@@ -440,11 +440,11 @@ class Deuteron:
             # bytes and flops of the kernel's definition (Entry::bytes / flops), from the CLI's rates
             self.row["bytes"] = gbps * med * 1e6
             self.row["flops"] = gflops * med * 1e6
-            roof = tool["roofline"]
-            frac = j.get("roofline_fraction", 0.0)
-            by_flops = gflops / roof["peak_gflops"] if roof.get("peak_gflops") else 0
-            by_bytes = gbps / roof["copy_gbps"] if roof.get("copy_gbps") else 0
-            self.row["compute_bound"] = abs(frac - by_flops) < abs(frac - by_bytes)
+            # Which roofline the kernel's catalogue entry measures it against, as `deuteron run` says.
+            # (Inferring it from which of this run's two fractions lay nearer the CLI's own put
+            # softmax and the norms against the FMA peak in session 33: the CLI's cached copy
+            # bandwidth, remeasured by this run's probes, had drifted far from the run's first.)
+            self.row["compute_bound"] = j.get("roofline", "FMA") != "copy-bandwidth"
         runs = j.get("runs", self.args.repeat)
         d["round_medians_ms"].append(j["median_ms"])
         d["runs"] += runs

@@ -15,7 +15,7 @@ second=$("$BIN" run add --shapes small --json --repeat 3)
 check "first run is correct" has "$first" '"correct":true'
 check "first run compiles" has "$first" '"compiled":true'
 check "second run in a new process does not compile" has "$second" '"compiled":false'
-check "run --json has every field" bash -c "for f in kernel target shape dtype config correct max_abs_err median_ms times_ms runs compiled tuned roofline_fraction; do grep -q \"\\\"\$f\\\"\" <<<'$first' || exit 1; done"
+check "run --json has every field" bash -c "for f in kernel target shape dtype config correct max_abs_err median_ms times_ms runs compiled tuned roofline_fraction roofline; do grep -q \"\\\"\$f\\\"\" <<<'$first' || exit 1; done"
 
 unchecked=$("$BIN" run add --shapes small --json --repeat 2 --no-check)
 check "run --no-check skips the reference" has "$unchecked" '"correct":null'

@@ -184,12 +184,23 @@ int cmd_run(const RunOptions& o) {
   }
 
   if (o.json) {
-    Json j = {{"kernel", e.name},     {"target", o.target},       {"shape", shape},
-              {"dtype", dtype_name(dt)}, {"config", r.config.to_json()}, {"config_origin", r.origin},
-              {"correct", o.check ? Json(correct) : Json()},   {"max_abs_err", o.check ? Json(max_err) : Json()},
+    Json j = {{"kernel", e.name},
+              {"target", o.target},
+              {"shape", shape},
+              {"dtype", dtype_name(dt)},
+              {"config", r.config.to_json()},
+              {"config_origin", r.origin},
+              {"correct", o.check ? Json(correct) : Json()},
+              {"max_abs_err", o.check ? Json(max_err) : Json()},
               {"median_ms", med},
-              {"runs", ms.size()},    {"times_ms", ms},           {"gbps", gbps},             {"gflops", gflops},
-              {"compiled", compiled}, {"tuned", r.tuned},         {"roofline_fraction", fraction},
+              {"runs", ms.size()},
+              {"times_ms", ms},
+              {"gbps", gbps},
+              {"gflops", gflops},
+              {"compiled", compiled},
+              {"tuned", r.tuned},
+              {"roofline_fraction", fraction},
+              {"roofline", roof_name},
               {"source", r.exe->source_path}};
     if (!device.empty()) j["device"] = device;
     std::cout << j.dump() << "\n";
