@@ -121,6 +121,16 @@ TEST_F(CpuToolchain, FlagsCarryTheL1dSize) {
   EXPECT_NE(std::find(flags.begin(), flags.end(), want), flags.end()) << want;
 }
 
+// GCC keeps generated loops whole (no copy or fill split out into memcpy/memset); clang has no
+// such pass and would reject the flag.
+TEST_F(CpuToolchain, GccKeepsGeneratedLoopsWhole) {
+  const std::vector<std::string> flags = default_flags();
+  const bool clang = compiler_identity(default_compiler()).find("clang") != std::string::npos;
+  const bool kept =
+      std::find(flags.begin(), flags.end(), "-fno-tree-loop-distribute-patterns") != flags.end();
+  EXPECT_EQ(kept, !clang) << compiler_identity(default_compiler());
+}
+
 // bf16 products widen to f32 where the CPU's pair instruction (vdpbf16ps) is measured slower than
 // its f32 FMA and there are no AMX tiles, and only there.
 TEST_F(CpuToolchain, Bf16ProductsWidenWherePairsAreSlower) {

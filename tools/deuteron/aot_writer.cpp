@@ -509,7 +509,8 @@ target_sources({0} PRIVATE
 target_compile_features({0} PRIVATE cxx_std_20)
 set_target_properties({0} PROPERTIES POSITION_INDEPENDENT_CODE ON)
 # The flags the variants were tuned with (no -ffast-math: they must match their references).
-target_compile_options({0} PRIVATE -O3 -fno-math-errno -ffp-contract=fast $<$<BOOL:${{{2}_NATIVE}}>:-march=native>)
+target_compile_options({0} PRIVATE -O3 -fno-math-errno -ffp-contract=fast $<$<BOOL:${{{2}_NATIVE}}>:-march=native>
+  $<$<CXX_COMPILER_ID:GNU>:-fno-tree-loop-distribute-patterns>)
 target_include_directories({0} PUBLIC ${{CMAKE_CURRENT_SOURCE_DIR}}/include PRIVATE ${{CMAKE_CURRENT_SOURCE_DIR}}/src)
 target_link_libraries({0} PUBLIC OpenMP::OpenMP_CXX m)
 )TXT",
