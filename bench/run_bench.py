@@ -440,11 +440,10 @@ class Deuteron:
             # bytes and flops of the kernel's definition (Entry::bytes / flops), from the CLI's rates
             self.row["bytes"] = gbps * med * 1e6
             self.row["flops"] = gflops * med * 1e6
-            # Which roofline the kernel's catalogue entry measures it against, as `deuteron run` says.
-            # (Inferring it from which of this run's two fractions lay nearer the CLI's own put
-            # softmax and the norms against the FMA peak in session 33: the CLI's cached copy
-            # bandwidth, remeasured by this run's probes, had drifted far from the run's first.)
-            self.row["compute_bound"] = j.get("roofline", "FMA") != "copy-bandwidth"
+        if k == 0 and "roofline" in j and "compute_bound" not in self.row:
+            # The roofline the kernel's catalogue entry is measured against, as `deuteron run` names
+            # it (a --baseline-deuteron older than the field does not).
+            self.row["compute_bound"] = j["roofline"] != "copy-bandwidth"
         runs = j.get("runs", self.args.repeat)
         d["round_medians_ms"].append(j["median_ms"])
         d["runs"] += runs
@@ -517,7 +516,7 @@ def set_roofline_fractions(row, roof) -> None:
     copy = row.get("copy_gbps_beside") or roof["copy_gbps"]
     for sv in row["systems"].values():
         t = sv.get("median_ms")
-        if not t or "bytes" not in row:
+        if not t or "bytes" not in row or "compute_bound" not in row:
             sv["roofline_fraction"] = None
         elif row["compute_bound"]:
             sv["roofline_fraction"] = row["flops"] / (t * 1e-3) / 1e9 / roof["peak_gflops"]

@@ -125,10 +125,11 @@ TEST_F(CpuToolchain, FlagsCarryTheL1dSize) {
 // such pass and would reject the flag.
 TEST_F(CpuToolchain, GccKeepsGeneratedLoopsWhole) {
   const std::vector<std::string> flags = default_flags();
-  const bool clang = compiler_identity(default_compiler()).find("clang") != std::string::npos;
   const bool kept =
       std::find(flags.begin(), flags.end(), "-fno-tree-loop-distribute-patterns") != flags.end();
-  EXPECT_EQ(kept, !clang) << compiler_identity(default_compiler());
+  EXPECT_EQ(kept, is_gcc(default_compiler())) << compiler_identity(default_compiler());
+  EXPECT_FALSE(is_gcc("clang++")) << "clang would reject the flag";
+  EXPECT_FALSE(is_gcc("/nonexistent/deuteron-no-compiler")) << "no compiler: no flag, and no throw";
 }
 
 // bf16 products widen to f32 where the CPU's pair instruction (vdpbf16ps) is measured slower than

@@ -182,16 +182,6 @@ std::vector<std::string> pch_args(const CompileOptions& opt, const std::string& 
   return fallback;
 }
 
-// Whether `compiler` is GCC: its --version does not name clang (false when it cannot run; the
-// compile then reports why).
-bool is_gcc(const std::string& compiler) {
-  try {
-    return compiler_identity(compiler).find("clang") == std::string::npos;
-  } catch (const Error&) {
-    return false;
-  }
-}
-
 }  // namespace
 
 std::string default_compiler() {
@@ -277,6 +267,14 @@ std::string compiler_identity(const std::string& compiler) {
   std::lock_guard lock(mu);
   memo.emplace(compiler, id);
   return id;
+}
+
+bool is_gcc(const std::string& compiler) {
+  try {
+    return compiler_identity(compiler).find("clang") == std::string::npos;
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 int compiler_invocations() { return g_invocations.load(); }

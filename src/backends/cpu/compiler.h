@@ -11,10 +11,13 @@ namespace deuteron::cpu {
 // $CXX (split on whitespace, so "ccache g++" works) or "g++".
 std::string default_compiler();
 // -O3 -march=native -fopenmp -fPIC -shared -std=c++20 -fno-math-errno -ffp-contract=fast, the
-// flags this CPU and compiler call for (vector width, cache sizes, GCC's loop distribution
-// off; compiler.cpp says why), then the words of $DEUTERON_CXXFLAGS (they are part of every cache key; flags that change
-// floating-point semantics, such as -ffast-math, draw a warning).
+// flags this CPU and compiler call for (vector width, cache sizes, GCC's loop distribution off;
+// compiler.cpp says why), then the words of $DEUTERON_CXXFLAGS (they are part of every cache
+// key; flags that change floating-point semantics, such as -ffast-math, draw a warning).
 std::vector<std::string> default_flags();
+// Whether `compiler` is GCC: its --version does not name clang (false when it cannot run; the
+// compile then reports why).
+bool is_gcc(const std::string& compiler);
 // $DEUTERON_COMPILE_TIMEOUT (seconds), else 60; ArgumentError for a value that is not a
 // positive number.
 double default_timeout();
