@@ -466,6 +466,56 @@ TEST(DotPlan, GridInvariantResidentCopyLivesInTheLastLevelCache) {
   }
 }
 
+// out[b, m, :] = x[b, m, :] @ y[b]: each grid step reads all of y[b] (attention's kᵀ per head).
+auto batched_whole_n_matmul(const char* name) {
+  return deuteron::kernel(name, [](hl::Tensor x, hl::Tensor y) {
+    auto out = hl::empty({x.size(0), x.size(1), y.size(2)});
+    for (auto [tb, tm] : hl::tile({x.size(0), x.size(1)})) {
+      auto acc = hl::zeros({tb, tm, y.size(2)});
+      for (auto tk : hl::tile(x.size(2))) acc = hl::dot(x[{tb, tm, tk}], y[{tb, tk, hl::all}], acc);
+      out[{tb, tm, hl::all}] = acc;
+    }
+    return out;
+  });
+}
+
+// A resident B that a grid index selects (y[b]: the batch's grid block) is each thread's own,
+// packed again only when that index changes, and kept beyond the L2: one K block of it counts
+// against the L2, the whole copy (every thread's) against half the L3. Pinned L2 of 128 KiB:
+// the copy of y[b] (256 x 200, 208 KiB packed) does not fit it, a K block of 64 rows does; at
+// half that block's bytes the config does not fit.
+TEST(DotPlan, ResidentCopyAGridIndexSelectsLivesInTheLastLevelCache) {
+  static const auto k = batched_whole_n_matmul("dot_plan_batched_whole_n");
+  Tensor x = Tensor::rand({3, 37, 256}, DType::f32, 1), y = Tensor::rand({3, 256, 200}, DType::f32, 2);
+  const int64_t l2 = 128 << 10;
+  auto s = driver::specialize(k, frontend::describe_args(k, {x, y}), "cpu", cpu_limits(l2));
+  config::Config c =
+      s.space.complete(config::Config::parse(R"({"inner_t2_arg1": "resident", "num_threads": 2})"));
+  c.set("block_t0", 1);
+  c.set("block_t1", 16);
+  c.set("block_t2", 64);
+  cpu::CpuPlan p = cpu::refine(driver::lower(s, c), cpu_limits(l2));
+  const plan::BlockSpec* b = p.spec_for_op(p.gemms[0].b.load_op);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->placement, plan::Placement::Resident) << c.dump();
+  EXPECT_TRUE(b->reuse && b->reuse_axes == std::vector<int>{0}) << c.dump();
+  EXPECT_FALSE(p.staging_of(*b).shared) << c.dump();
+  const int64_t copy_bytes = 256 * 208 * int64_t(sizeof(float));
+  EXPECT_EQ(p.l3_per_thread_bytes, copy_bytes) << c.dump();
+  EXPECT_GE(p.fast_memory_bytes, copy_bytes);  // the scratch holds the whole copy
+  EXPECT_THROW(cpu::refine(driver::lower(s, c), cpu_limits(copy_bytes / 8)), FastMemoryError);
+  const std::string code = s.backend->emit(driver::lower(s, c));
+  EXPECT_NE(code.find("not already packed by this thread's previous grid step"), std::string::npos) << code;
+  // Correct at a ragged M (37: blocks of 16, 16 and 5), against a float64 loop, with teams of 1
+  // and 2 threads (whose runs of grid steps cross batches).
+  const std::vector<double> want = product(x, y, 3, 37, 256, 200);
+  for (int threads : {1, 2}) {
+    c.set("num_threads", threads);
+    auto r = api::run(k, {x, y}, "cpu", c);
+    expect_close(r.outputs[0], want, 1e-5, c.dump());
+  }
+}
+
 // A grid block as wide as the product's N (BLIS's loop order: an A block packed per block of K,
 // swept against all of B) leaves no grid index that selects B: its resident copy is packed once
 // by the team and shared, as a grid-invariant one is, and the pack declares the one block of N

@@ -36,7 +36,7 @@ bool same_axes(std::vector<int> a, std::vector<int> b) {
 }
 
 std::vector<Item> group_body(const ir::Kernel& k, const std::vector<ir::Stmt>& body,
-                             const std::set<int>& absorbed) {
+                             const std::set<int>& absorbed, const std::vector<bool>& index_arithmetic) {
   std::vector<Item> items;
   Group* cur = nullptr;
   std::set<ir::ValueId> reduced_here;
@@ -50,7 +50,8 @@ std::vector<Item> group_body(const ir::Kernel& k, const std::vector<ir::Stmt>& b
       continue;
     }
     const ir::Op& op = k.ops[size_t(s.id)];
-    if (is_cheap(op.kind) || absorbed.count(s.id)) continue;  // computed where used
+    if (is_cheap(op.kind) || absorbed.count(s.id) || (op.result >= 0 && index_arithmetic[size_t(op.result)]))
+      continue;  // computed where used
     // A block product is a group of its own, and so is a scan (a sequential loop on the cpu).
     if (op.kind == ir::OpKind::Dot || op.kind == ir::OpKind::Scan) {
       Item it;
@@ -81,7 +82,8 @@ std::vector<Item> group_body(const ir::Kernel& k, const std::vector<ir::Stmt>& b
 
 void group_bodies(Lowering& l) {
   l.p.bodies.resize(l.k.loops.size());
-  for (size_t i = 0; i < l.k.loops.size(); ++i) l.p.bodies[i] = group_body(l.k, l.k.loops[i].body, l.absorbed);
+  for (size_t i = 0; i < l.k.loops.size(); ++i)
+    l.p.bodies[i] = group_body(l.k, l.k.loops[i].body, l.absorbed, l.index_arithmetic);
 }
 
 }  // namespace deuteron::plan

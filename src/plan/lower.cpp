@@ -10,7 +10,13 @@
 namespace deuteron::plan {
 
 Plan lower(const ir::Kernel& k, const config::Config& c, const std::string& target) {
-  Lowering l{.p = {}, .k = k, .loop_of = ir::loop_of_ops(k), .uses = ir::use_counts(k), .absorbed = {}, .absorbed_values = {}};
+  Lowering l{.p = {},
+             .k = k,
+             .loop_of = ir::loop_of_ops(k),
+             .uses = ir::use_counts(k),
+             .index_arithmetic = index_arithmetic_values(k),
+             .absorbed = {},
+             .absorbed_values = {}};
   l.p.target = target;
   l.p.kernel = k;
   l.p.config = c;

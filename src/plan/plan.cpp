@@ -39,6 +39,47 @@ bool is_cheap(ir::OpKind k) {
   }
 }
 
+namespace {
+
+bool is_index_arithmetic_op(const ir::Op& op) {
+  if (op.kind != ir::OpKind::Load && is_cheap(op.kind)) return true;  // no data
+  switch (op.kind) {
+    case ir::OpKind::Where:
+    case ir::OpKind::Cast: return true;
+    case ir::OpKind::Unary:
+      return op.unary == ir::UnaryFn::Neg || op.unary == ir::UnaryFn::Abs || op.unary == ir::UnaryFn::Not;
+    case ir::OpKind::Binary:
+      switch (op.binary) {
+        case ir::BinaryFn::Div:
+        case ir::BinaryFn::Pow:
+        case ir::BinaryFn::Mod:
+        case ir::BinaryFn::FloorDiv:
+        case ir::BinaryFn::Rand:
+        case ir::BinaryFn::Randn:
+        case ir::BinaryFn::RandInt: return false;
+        default: return true;
+      }
+    default: return false;
+  }
+}
+
+}  // namespace
+
+std::vector<bool> index_arithmetic_values(const ir::Kernel& k) {
+  std::vector<bool> index(k.values.size(), false);
+  for (const ir::Op& op : k.ops) {  // defined before use: one pass in op order
+    if (op.result < 0 || !is_index_arithmetic_op(op)) continue;
+    bool all = true;
+    for (ir::ValueId in : op.inputs) all = all && in >= 0 && index[size_t(in)];
+    index[size_t(op.result)] = all;
+  }
+  // A scalar is computed once per grid step or trip anyway (a loop bound among them): only
+  // blocks gain from being recomputed where used.
+  for (size_t v = 0; v < k.values.size(); ++v)
+    if (index[v] && non_one(k.values[v].dims).empty()) index[v] = false;
+  return index;
+}
+
 const Dot* Plan::dot_for_op(int op) const {
   for (const auto& d : dots)
     if (d.op == op) return &d;

@@ -15,6 +15,7 @@ struct Lowering {
   const ir::Kernel& k;
   std::vector<int> loop_of;  // per op: the loop whose body holds it
   std::vector<int> uses;     // per value: ir::use_counts
+  std::vector<bool> index_arithmetic;  // per value: index_arithmetic_values
   // Ops a dot computes itself (the casts its operands absorb, its accumulator expression).
   std::set<int> absorbed;
   std::vector<ir::ValueId> absorbed_values;
@@ -32,5 +33,9 @@ void mark_computed(Lowering& l);        // storage.cpp: values whose data a loop
 // Shared by the steps.
 std::vector<int> non_one(const std::vector<int>& dims);
 bool is_cheap(ir::OpKind k);  // computed where used, never kept
+// Per value: whether it is a block of integer or comparison arithmetic on tile indices, sizes,
+// constants and scalar arguments only (a causal mask, an index offset). Such a value costs a
+// few instructions per element, so it is computed where used, never kept.
+std::vector<bool> index_arithmetic_values(const ir::Kernel& k);
 
 }  // namespace deuteron::plan

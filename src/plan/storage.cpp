@@ -1,5 +1,5 @@
 // Step 7: which values live in fast memory between groups, and which are recomputed where
-// they are used (cheap leaves, and elementwise values over a looped reduction's axis).
+// they are used (cheap leaves, index arithmetic, and elementwise values over a looped reduction's axis).
 #include "plan/steps.h"
 
 namespace deuteron::plan {
@@ -43,7 +43,7 @@ void place_values(Lowering& l) {
     const BlockSpec* spec = p.spec_for_op(def);
     if (op.kind == ir::OpKind::Load && spec && spec->placement != Placement::InPlace) {
       p.materialized[size_t(v)] = true;
-    } else if (is_cheap(op.kind) ||
+    } else if (is_cheap(op.kind) || l.index_arithmetic[size_t(v)] ||
                (op.kind != ir::OpKind::Reduce && op.kind != ir::OpKind::Scan && looped_dims(v))) {
       p.recomputed[size_t(v)] = true;
       work.push_back(v);

@@ -881,6 +881,22 @@ class Refiner {
       p_.l3_resident_bytes += round64(st.fast_bytes);
       st.shared = true;
     }
+    // A resident packed b that grid indices select (attention's kᵀ for a head, which each of the
+    // head's query blocks reads whole) is packed by each thread when those indices change
+    // (BlockSpec::reuse) and read one block of the loop at a time: that block's panels must fit
+    // the L2 with the rest, and every thread's whole copy together half of the last-level cache.
+    // Packing it once per head instead of once per query block saved attention's transposes.
+    for (size_t i = 0; i < p_.operands.size(); ++i) {
+      const plan::BlockSpec& s = p_.operands[i];
+      const Staging& st = p_.staging[i];
+      int64_t block = round64(st.slab_elements * 4);
+      if (s.placement != plan::Placement::Resident || st.dot < 0 || st.dot_operand != 1 || !s.reuse ||
+          st.shared || block >= round64(st.fast_bytes) ||
+          (p_.l3_per_thread_bytes + round64(st.fast_bytes)) * p_.threads + p_.l3_resident_bytes > l3_share)
+        continue;
+      bytes -= round64(st.fast_bytes) - block;
+      p_.l3_per_thread_bytes += round64(st.fast_bytes);
+    }
     if (!limits_) return;
     p_.fast_memory_budget = limits_->fast_memory_bytes;
     if (bytes > limits_->fast_memory_bytes)
@@ -924,6 +940,11 @@ std::string describe(const CpuPlan& p) {
         "    {} KiB of the scratch: resident copies every grid step reads whole, packed by the team before "
         "its grid steps, one copy all threads read, kept in the L3 (one column panel at a time in the L2)\n",
         (p.l3_resident_bytes + 1023) / 1024);
+  if (p.l3_per_thread_bytes > 0)
+    out += fmt::format(
+        "    {} KiB of each thread's scratch: resident copies packed when the grid indices that select them "
+        "change, kept in the L3 (one block of their loop at a time in the L2)\n",
+        (p.l3_per_thread_bytes + 1023) / 1024);
   for (int o : p.hoisted)
     out += fmt::format("    the group of line {} runs once per thread, before the grid steps: it depends on no grid index\n",
                        k.op(o).loc.line());

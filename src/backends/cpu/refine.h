@@ -165,6 +165,9 @@ struct CpuPlan : plan::Plan {
   // Scratch bytes of resident packed copies no grid index selects (Staging::shared), checked
   // against half the last-level cache instead of the L2 (one column panel each counts there).
   int64_t l3_resident_bytes = 0;
+  // Scratch bytes per thread of resident packed copies that grid indices select (attention's
+  // kᵀ for one head), each thread's own, kept in the L3: one block of the loop counts in the L2.
+  int64_t l3_per_thread_bytes = 0;
 
   const Gemm* gemm_for_op(int op) const;
   const StreamedStore* streamed_store(int op) const;
