@@ -15,6 +15,7 @@
 #include "backends/cpu/packing.h"
 #include "backends/cpu/refine.h"
 #include "backends/registry.h"
+#include "catalogue.h"
 #include "deuteron/deuteron.h"
 #include "driver/driver.h"
 #include "plan/plan.h"
@@ -464,6 +465,99 @@ TEST(DotPlan, GridInvariantResidentCopyLivesInTheLastLevelCache) {
     auto r = api::run(k, {x, y}, "cpu", c);
     expect_close(r.outputs[0], want, 1e-5, c.dump());
   }
+}
+
+// Flash attention over [B, H, S, D] whose scores are masked where kv - q > Shift, written with
+// > (kv > q + Shift, as the catalogue's causal kernel) or with < (q + Shift < kv); Fill is
+// what the mask writes (-inf masks; 0 is a different kernel that skips nothing).
+template <int Shift, bool Less, int Fill>
+auto shifted_causal_attention(const char* name) {
+  return deuteron::kernel(name, [](hl::Tensor q, hl::Tensor k, hl::Tensor v) {
+    auto out = hl::empty_like(q);
+    for (auto [tb, th, tq] : hl::tile({q.size(0), q.size(1), q.size(2)}, {"batch", "head", "q"})) {
+      auto qb = q[{tb, th, tq, hl::all}];
+      auto m_i = hl::full({tb, th, tq}, -INFINITY);
+      auto l_i = hl::zeros({tb, th, tq});
+      auto acc = hl::zeros({tb, th, tq, q.size(3)});
+      for (auto tkv : hl::tile(k.size(2), {.name = "kv"})) {
+        auto qk = hl::dot(qb, k[{tb, th, tkv, hl::all}].transpose(2, 3));
+        auto kv = tkv.index().unsqueeze(0), qi = tq.index().unsqueeze(1);
+        qk = hl::where(Less ? qi + Shift < kv : kv > qi + Shift, Fill == 0 ? 0.0f : -INFINITY, qk);
+        auto m_new = hl::maximum(m_i, qk.amax(3));
+        auto p = hl::exp(qk - m_new.unsqueeze(3));
+        auto alpha = hl::exp(m_i - m_new);
+        l_i = l_i * alpha + p.sum(3);
+        acc = hl::dot(p, v[{tb, th, tkv, hl::all}], acc * alpha.unsqueeze(3));
+        m_i = m_new;
+      }
+      out[{tb, th, tq, hl::all}] = acc / l_i.unsqueeze(3);
+    }
+    return out;
+  });
+}
+
+// softmax(q kᵀ) v in double, with scores where kv - q > shift masked (to -inf) or set to 0.
+std::vector<double> shifted_causal_reference(const Tensor& q, const Tensor& k, const Tensor& v, int shift,
+                                             bool zero) {
+  int64_t bh = q.size(0) * q.size(1), s = q.size(2), d = q.size(3);
+  std::vector<double> out(size_t(bh * s * d), 0.0), p(static_cast<size_t>(s));
+  for (int64_t g = 0; g < bh; ++g)
+    for (int64_t i = 0; i < s; ++i) {
+      double mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < s; ++j) {
+        double x = 0;
+        for (int64_t c = 0; c < d; ++c) x += double(q.get((g * s + i) * d + c)) * k.get((g * s + j) * d + c);
+        p[size_t(j)] = j - i > shift ? (zero ? 0.0 : -INFINITY) : x;
+        mx = std::max(mx, p[size_t(j)]);
+      }
+      for (int64_t j = 0; j < s; ++j) sum += (p[size_t(j)] = std::exp(p[size_t(j)] - mx));
+      for (int64_t j = 0; j < s; ++j)
+        for (int64_t c = 0; c < d; ++c)
+          out[size_t((g * s + i) * d + c)] += p[size_t(j)] / sum * v.get((g * s + j) * d + c);
+    }
+  return out;
+}
+
+// A causal mask is found from the kernel (plan::find_triangles): the scores' product leaves out
+// the tiles above the diagonal, the product with v does not multiply the softmax's zeros there,
+// whichever way the comparison is written and wherever the diagonal sits. Each is exact: at
+// ragged shapes and blocks that cut the diagonal anywhere, against a float64 loop. A mask to 0
+// (not -inf) leaves nothing out, and neither does attention without a mask.
+TEST(DotPlan, CausalProductsLeaveOutTheMaskedTriangle) {
+  static const auto greater = shifted_causal_attention<0, false, -1>("dot_plan_causal_greater");
+  static const auto less = shifted_causal_attention<3, true, -1>("dot_plan_causal_less_shifted");
+  static const auto zero = shifted_causal_attention<0, false, 0>("dot_plan_causal_zero_fill");
+  Tensor q = Tensor::rand({1, 2, 75, 24}, DType::f32, 1), k = Tensor::rand({1, 2, 75, 24}, DType::f32, 2),
+         v = Tensor::rand({1, 2, 75, 24}, DType::f32, 3);
+  struct Case {
+    const KernelBase* kernel;
+    int shift;
+    bool zero;
+  };
+  for (const Case& cs : {Case{&greater, 0, false}, Case{&less, 3, false}, Case{&zero, 0, true}}) {
+    auto s = driver::specialize(*cs.kernel, frontend::describe_args(*cs.kernel, {q, k, v}), "cpu");
+    plan::Plan p = driver::lower(s, s.space.default_config());
+    ASSERT_EQ(p.dots.size(), 2u);
+    const int64_t none = plan::Dot::kNoTriangle;
+    EXPECT_EQ(p.dots[0].c_unused_above, cs.zero ? none : cs.shift) << cs.kernel->name();
+    EXPECT_EQ(p.dots[0].a_zero_above, none) << cs.kernel->name();
+    EXPECT_EQ(p.dots[1].c_unused_above, none) << cs.kernel->name();
+    EXPECT_EQ(p.dots[1].a_zero_above, cs.zero ? none : cs.shift) << cs.kernel->name();
+    const std::string code = s.backend->emit(p);
+    EXPECT_EQ(code.find("dt::gemm::Triangle{") != std::string::npos, !cs.zero) << code;
+    const std::vector<double> want = shifted_causal_reference(q, k, v, cs.shift, cs.zero);
+    for (const char* blocks : {R"({"block_q": 16, "block_kv": 32, "num_threads": 2})",
+                               R"({"block_q": 32, "block_kv": 8, "num_threads": 1})",
+                               R"({"block_q": 8, "block_kv": 64, "num_threads": 2})"}) {
+      config::Config c = s.space.complete(config::Config::parse(blocks));
+      auto r = api::run(*cs.kernel, {q, k, v}, "cpu", c);
+      expect_close(r.outputs[0], want, 1e-5, fmt::format("{} {}", cs.kernel->name(), c.dump()));
+    }
+  }
+  const KernelBase& unmasked = *examples::find("attention").kernel;
+  auto s = driver::specialize(unmasked, frontend::describe_args(unmasked, {q, k, v}), "cpu");
+  for (const plan::Dot& d : driver::lower(s, s.space.default_config()).dots)
+    EXPECT_TRUE(d.c_unused_above == plan::Dot::kNoTriangle && d.a_zero_above == plan::Dot::kNoTriangle);
 }
 
 // out[b, m, :] = x[b, m, :] @ y[b]: each grid step reads all of y[b] (attention's kᵀ per head).

@@ -168,4 +168,68 @@ TEST(GemmRuntime, ProductsOverEveryView) {
   }
 }
 
+// A causal product's triangles (dt::gemm::Triangle), over every operand view, ragged sizes and
+// K beyond one chunk: with C's part above a diagonal unused, every entry on or below it is the
+// product, and tiles wholly above it are left as they were; with A zero above a diagonal, the
+// product is exact though the zeros are not multiplied.
+TEST(GemmRuntime, CausalTrianglesAreLeftOut) {
+  std::mt19937 rng(5);
+  for (int t = 0; t < 40; ++t) {
+    int64_t m = 1 + rng() % 40, n = 1 + rng() % 90, k = 1 + rng() % (t < 30 ? 80 : 1100);
+    const int64_t diag = int64_t(rng() % 21) - 8;  // j - i > diag (or k - i > diag) is the triangle
+    std::vector<float> a(size_t(m * k)), at(size_t(k * m)), b(size_t(k * n)), full(size_t(m * n)),
+        causal(full);
+    for (auto& x : a) x = float(int(rng() % 7) - 3);
+    for (auto& x : b) x = float(int(rng() % 5) - 2);
+    std::vector<float> az = a;  // zero where k - i > diag
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t kk = 0; kk < k; ++kk) {
+        if (kk - i > diag) az[size_t(i * k + kk)] = 0.0f;
+        at[size_t(kk * m + i)] = az[size_t(i * k + kk)];
+      }
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0, z = 0;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          s += double(a[size_t(i * k + kk)]) * b[size_t(kk * n + j)];
+          z += double(az[size_t(i * k + kk)]) * b[size_t(kk * n + j)];
+        }
+        full[size_t(i * n + j)] = float(s);
+        causal[size_t(i * n + j)] = float(z);
+      }
+    std::vector<float> ap(size_t(packed_a_size(m, k))), azp(ap.size()), bp(size_t(packed_b_size(k, n)));
+    pack_a<F32>(a.data(), k, 1, m, k, k, ap.data());
+    pack_a<F32>(az.data(), k, 1, m, k, k, azp.data());
+    pack_b<F32>(b.data(), n, 1, k, n, k, bp.data());
+    const AView as[3] = {a_in_place(a.data(), k, 1), a_packed(ap.data(), k),
+                         a_in_place(a.data(), k, 1, true)};
+    const AView azs[3] = {a_in_place(az.data(), k, 1), a_packed(azp.data(), k), a_in_place(at.data(), 1, m)};
+    const BView bs[2] = {b_in_place(b.data(), n), b_packed(bp.data(), k)};
+    for (int va = 0; va < 3; ++va)
+      for (int vb = 0; vb < 2; ++vb)
+        for (bool accumulate : {false, true}) {
+          const float before = accumulate ? 5.0f : 0.0f;
+          std::vector<float> c(size_t(m * n), 5.0f);
+          gemm(m, n, k, as[va], bs[vb], c.data(), n, accumulate, Triangle{diag, kNoTriangle});
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              const float got = c[size_t(i * n + j)], want = full[size_t(i * n + j)] + before;
+              if (j - i <= diag)
+                ASSERT_EQ(got, want) << m << "x" << n << "x" << k << " diag " << diag << " at " << i << ", "
+                                     << j;
+              // A tile spans MR rows and NR columns: one this far above the diagonal is wholly there.
+              if (j - i > diag + MR + NR - 2)
+                ASSERT_EQ(got, 5.0f) << "computed a left-out tile at " << i << ", " << j;
+            }
+          std::fill(c.begin(), c.end(), 5.0f);
+          gemm(m, n, k, azs[va], bs[vb], c.data(), n, accumulate, Triangle{kNoTriangle, diag});
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j)
+              ASSERT_EQ(c[size_t(i * n + j)], causal[size_t(i * n + j)] + before)
+                  << m << "x" << n << "x" << k << " diag " << diag << " views " << va << vb << " at " << i
+                  << ", " << j;
+        }
+  }
+}
+
 }  // namespace

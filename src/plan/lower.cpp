@@ -27,10 +27,15 @@ Plan lower(const ir::Kernel& k, const config::Config& c, const std::string& targ
     void (*run)(Lowering&);
   };
   static constexpr Step kSteps[] = {
-      {"choose_blocks", choose_blocks},       {"lay_out_grid", lay_out_grid},
-      {"find_dots", find_dots},               {"group_bodies", group_bodies},
-      {"choose_inner_loops", choose_inner_loops}, {"build_block_specs", build_block_specs},
-      {"place_values", place_values},         {"mark_computed", mark_computed},
+      {"choose_blocks", choose_blocks},
+      {"lay_out_grid", lay_out_grid},
+      {"find_dots", find_dots},
+      {"find_triangles", find_triangles},
+      {"group_bodies", group_bodies},
+      {"choose_inner_loops", choose_inner_loops},
+      {"build_block_specs", build_block_specs},
+      {"place_values", place_values},
+      {"mark_computed", mark_computed},
   };
   for (const Step& s : kSteps) {
     s.run(l);

@@ -85,6 +85,12 @@ struct Dot {
   ir::ValueId acc_phi = -1;
   // The accumulator operand is an elementwise expression computed by the dot group itself.
   bool acc_inline = false;
+  // Causal triangles (find_triangles), in global indices of the dot's axes: C's entries (row i,
+  // column j) with j - i > c_unused_above are never read (a where() replaces them with -inf); a's
+  // entries (row i, K index k) with k - i > a_zero_above are zero. kNoTriangle: none.
+  static constexpr int64_t kNoTriangle = int64_t(1) << 60;
+  int64_t c_unused_above = kNoTriangle;
+  int64_t a_zero_above = kNoTriangle;
 };
 
 // A value updated around a loop; it lives in fast memory for the loop's whole run.

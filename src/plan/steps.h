@@ -24,6 +24,7 @@ struct Lowering {
 void choose_blocks(Lowering& l);        // blocks.cpp: block sizes, ragged edges, reductions
 void lay_out_grid(Lowering& l);         // blocks.cpp: grid axes, order, block counts
 void find_dots(Lowering& l);            // dots.cpp: block products, in-place accumulation
+void find_triangles(Lowering& l);       // triangles.cpp: causal parts a product may skip
 void group_bodies(Lowering& l);         // groups.cpp: fusion groups per loop body
 void choose_inner_loops(Lowering& l);   // access.cpp: each inner loop's strategy
 void build_block_specs(Lowering& l);    // access.cpp: a block spec per tensor access

@@ -2148,14 +2148,31 @@ class Generator {
       ldc = m == ir::kOne ? "0" : storage_stride(r, m);
       ivar_.clear();
     }
+    std::string triangle = no_blocks || d.bf16_pairs ? "" : triangle_arg(*p_.dot_for_op(d.op), m, n, kx);
     line(fmt::format("dt::gemm::gemm({}, {}, {},", count(m), count(n), no_blocks ? "0" : count(kx)));
     line(fmt::format("               {},", views[0]));
     line(fmt::format("               {},", views[1]));
-    line(fmt::format("               {}, {}, {});", c, ldc, acc));
+    line(fmt::format("               {}, {}, {}{});", c, ldc, acc, triangle));
     close_nest(batch, [](size_t) {});
     --indent_;
     line("}");
     scalars_.clear();
+  }
+
+  // The gemm's dt::gemm::Triangle argument for a causal product (plan::Dot::c_unused_above,
+  // a_zero_above), its diagonals moved into the block's own indices; empty when it has none.
+  std::string triangle_arg(const plan::Dot& pd, int m, int n, int kx) {
+    auto local = [&](int64_t t, int col) {
+      line(fmt::format("// causal: {} where {} - {} > {}",
+                       col == n ? "C's tiles left out" : "a's zeros not multiplied", axis(col), axis(m), t));
+      std::string diff = fmt::format("o_{} - o_{}", axis(m), axis(col));
+      return t == 0 ? diff : fmt::format("{} {} {}", diff, t < 0 ? '-' : '+', t < 0 ? -t : t);
+    };
+    std::string c = "dt::gemm::kNoTriangle", a = c;
+    if (pd.c_unused_above != plan::Dot::kNoTriangle) c = local(pd.c_unused_above, n);
+    if (pd.a_zero_above != plan::Dot::kNoTriangle) a = local(pd.a_zero_above, kx);
+    if (c == a) return "";
+    return fmt::format(", dt::gemm::Triangle{{{}, {}}}", c, a);
   }
 
   // An inner loop's bound along `axis`: a constant, or computed on the device. A general

@@ -254,6 +254,16 @@ struct BView {
 DG_INLINE BView b_in_place(const float* p, int64_t rs) { return {p, rs, NR, false, false}; }
 DG_INLINE BView b_packed(const float* p, int64_t kstride) { return {p, NR, NR * kstride, true, false}; }
 
+// A triangle of a product that need not be computed (a causal mask), in the call's own row,
+// column and K indices: C(i, j) with j - i > c_unused_above is never read, so a tile wholly
+// there is skipped (left as it was); A(i, k) with k - i > a_zero_above is zero, so a panel of
+// rows stops its K loop where the rest of its rows' A is zero. kNoTriangle: no such part.
+inline constexpr int64_t kNoTriangle = int64_t(1) << 60;
+struct Triangle {
+  int64_t c_unused_above = kNoTriangle;
+  int64_t a_zero_above = kNoTriangle;
+};
+
 static inline void gemm_pairs(int64_t M, int64_t N, int64_t K, AView A, BView B, float* __restrict c,
                               int64_t ldc, bool accumulate);
 template <int E>
@@ -263,9 +273,10 @@ static inline void pack_a(const void* src, int64_t rs, int64_t cs, int64_t M, in
 // C[M x N] (+)= A[M x K] B[K x N], C row-major with row stride ldc. accumulate = false
 // overwrites C (K = 0 then writes zeros). Per chunk of KC steps along K (KC_AHEAD for an A from
 // memory) and of columns_for_l2 columns, each A panel (MR x KC, 6-12 KiB) stays in L1 while the
-// micro-kernel sweeps the B panels (streamed from L2).
+// micro-kernel sweeps the B panels (streamed from L2). `skip`: the parts of a causal product
+// left out (the bf16 pair products compute them all).
 static inline void gemm(int64_t M, int64_t N, int64_t K, AView A, BView B, float* __restrict c, int64_t ldc,
-                        bool accumulate) {
+                        bool accumulate, Triangle skip = {}) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
     if (!accumulate)
@@ -300,6 +311,18 @@ static inline void gemm(int64_t M, int64_t N, int64_t K, AView A, BView B, float
       for (int64_t i0 = 0; i0 < M; i0 += MR) {
         const int rows = int(M - i0 < MR ? M - i0 : MR);
         const int run = rows + (rows & 1);  // rows the micro-kernel computes
+        // K steps of this chunk where the panel's A may be non-zero (Triangle::a_zero_above).
+        int64_t kp = kc;
+        if (skip.a_zero_above != kNoTriangle) {
+          const int64_t nonzero = i0 + rows + skip.a_zero_above - k0;
+          kp = nonzero < 0 ? 0 : nonzero < kc ? nonzero : kc;
+        }
+        if (kp == 0) {
+          if (!acc)  // this call writes C: the zeros of a product over no K
+            for (int i = 0; i < rows; ++i)
+              for (int64_t j = n0; j < N && j < n0 + nc; ++j) c[(i0 + i) * ldc + j] = 0.0f;
+          continue;
+        }
         const float* ap = A.h ? nullptr : A.p + (i0 / MR) * A.ps + k0 * A.cs;
         int64_t a_rs = A.rs, a_cs = A.cs;
         bool pk = packed_a;
@@ -341,6 +364,7 @@ static inline void gemm(int64_t M, int64_t N, int64_t K, AView A, BView B, float
         if (A.ahead && A.cs == 1 && !pk && i0 + MR < M) next_a = ap + A.ps;
 #endif
         for (int64_t j0 = n0; j0 < N && j0 < n0 + nc; j0 += NR) {
+          if (j0 - (i0 + rows - 1) > skip.c_unused_above) break;  // this tile and those right of it
           const int64_t n = N - j0 < NR ? N - j0 : NR;
           const float* bp = B.p + (j0 / NR) * B.ps + k0 * B.rs;
           int64_t b_rs = B.rs;
@@ -350,16 +374,16 @@ static inline void gemm(int64_t M, int64_t N, int64_t K, AView A, BView B, float
           }
           float* cp = c + i0 * ldc + j0;
           if (n == NR && run == rows) {
-            if (pk) micro_rows<true>(rows, kc, ap, 1, MR, bp, b_rs, cp, ldc, acc);
+            if (pk) micro_rows<true>(rows, kp, ap, 1, MR, bp, b_rs, cp, ldc, acc);
             else
-              micro_rows<false>(rows, kc, ap, a_rs, a_cs, bp, b_rs, cp, ldc, acc,
+              micro_rows<false>(rows, kp, ap, a_rs, a_cs, bp, b_rs, cp, ldc, acc,
                                 j0 == n0 ? next_a : nullptr);
           } else {
             for (int i = 0; i < run; ++i)
               for (int64_t j = 0; j < NR; ++j)
                 tile[i * NR + j] = acc && i < rows && j < n ? cp[i * ldc + j] : 0.0f;
-            if (pk) micro_rows<true>(run, kc, ap, 1, MR, bp, b_rs, tile, NR, true);
-            else micro_rows<false>(run, kc, ap, a_rs, a_cs, bp, b_rs, tile, NR, true);
+            if (pk) micro_rows<true>(run, kp, ap, 1, MR, bp, b_rs, tile, NR, true);
+            else micro_rows<false>(run, kp, ap, a_rs, a_cs, bp, b_rs, tile, NR, true);
             for (int i = 0; i < rows; ++i)
               for (int64_t j = 0; j < n; ++j) cp[i * ldc + j] = tile[i * NR + j];
           }
