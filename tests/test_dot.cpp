@@ -576,8 +576,9 @@ auto batched_whole_n_matmul(const char* name) {
 // A resident B that a grid index selects (y[b]: the batch's grid block) is each thread's own,
 // packed again only when that index changes, and kept beyond the L2: one K block of it counts
 // against the L2, the whole copy (every thread's) against half the L3. Pinned L2 of 128 KiB:
-// the copy of y[b] (256 x 200, 208 KiB packed) does not fit it, a K block of 64 rows does; at
-// half that block's bytes the config does not fit.
+// the copy of y[b] (256 x 200: 208 KiB packed in AVX2's 16-column panels, 256 KiB in AVX-512's
+// 64) does not fit it, a K block of 64 rows does; at an eighth of the copy the config does not
+// fit. Any x86 server's L3 holds both threads' copies in its half (1 MiB at most).
 TEST(DotPlan, ResidentCopyAGridIndexSelectsLivesInTheLastLevelCache) {
   static const auto k = batched_whole_n_matmul("dot_plan_batched_whole_n");
   Tensor x = Tensor::rand({3, 37, 256}, DType::f32, 1), y = Tensor::rand({3, 256, 200}, DType::f32, 2);
@@ -594,7 +595,8 @@ TEST(DotPlan, ResidentCopyAGridIndexSelectsLivesInTheLastLevelCache) {
   EXPECT_EQ(b->placement, plan::Placement::Resident) << c.dump();
   EXPECT_TRUE(b->reuse && b->reuse_axes == std::vector<int>{0}) << c.dump();
   EXPECT_FALSE(p.staging_of(*b).shared) << c.dump();
-  const int64_t copy_bytes = 256 * 208 * int64_t(sizeof(float));
+  const int64_t copy_bytes = cpu::packed_b_elements(256, 200) * int64_t(sizeof(float));
+  ASSERT_GE(cpu::cpu_info().l3_bytes / 2, 2 * copy_bytes) << "an L3 too small for this test's two copies";
   EXPECT_EQ(p.l3_per_thread_bytes, copy_bytes) << c.dump();
   EXPECT_GE(p.fast_memory_bytes, copy_bytes);  // the scratch holds the whole copy
   EXPECT_THROW(cpu::refine(driver::lower(s, c), cpu_limits(copy_bytes / 8)), FastMemoryError);

@@ -184,14 +184,16 @@ std::string print(const Plan& p) {
     out += fmt::format("  dot %{} = %{} @ %{}{}: a = {}, b = {}{}\n", op.result, op.inputs[0], op.inputs[1],
                        op.inputs.size() > 2 ? fmt::format(" + %{}", op.inputs[2]) : "", operand(d.a), operand(d.b),
                        d.acc_phi >= 0 ? fmt::format(", accumulates in place into %{}", d.acc_phi) : "");
-    const ir::Value& r = k.value(op.result);
-    const std::string row = k.axes[size_t(r.dims[r.dims.size() - 2])].name;
+    auto last_axis = [&](ir::ValueId v, size_t from_end) {
+      const auto& dims = k.value(v).dims;
+      return k.axes[size_t(dims[dims.size() - from_end])].name;
+    };
     if (d.c_unused_above != Dot::kNoTriangle)
       out += fmt::format("    its entries with {} - {} > {} are masked: not computed where a whole tile is\n",
-                         k.axes[size_t(r.dims.back())].name, row, d.c_unused_above);
+                         last_axis(op.result, 1), last_axis(op.result, 2), d.c_unused_above);
     if (d.a_zero_above != Dot::kNoTriangle)
-      out += fmt::format("    a is zero where {} - {} > {}: not multiplied\n",
-                         k.axes[size_t(k.value(op.inputs[0]).dims.back())].name, row, d.a_zero_above);
+      out += fmt::format("    a is zero where {} - {} > {}: not multiplied\n", last_axis(op.inputs[0], 1),
+                         last_axis(op.result, 2), d.a_zero_above);
   }
   out += "  fusion groups:\n";
   for (size_t l = 0; l < p.bodies.size(); ++l) {

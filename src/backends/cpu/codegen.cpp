@@ -2160,7 +2160,8 @@ class Generator {
   }
 
   // The gemm's dt::gemm::Triangle argument for a causal product (plan::Dot::c_unused_above,
-  // a_zero_above), its diagonals moved into the block's own indices; empty when it has none.
+  // a_zero_above), its diagonals moved into the block's own indices, with a comment line for
+  // each (emitted here, before the call); empty when it has none.
   std::string triangle_arg(const plan::Dot& pd, int m, int n, int kx) {
     auto local = [&](int64_t t, int col) {
       line(fmt::format("// causal: {} where {} - {} > {}",
