@@ -68,7 +68,8 @@ TEST(GemmRuntime, PackALayouts) {
 
 TEST(GemmRuntime, PackBLayouts) {
   std::mt19937 rng(2);
-  for (int64_t n : {1, 15, 16, 17, 64, 65, 130})
+  for (int64_t n :
+       {1, 15, 16, 17, 64, 65, 130, 300})  // 300: more than kPackGroup panels with AVX-512's 64 columns
     for (int64_t k : {1, 7, 16, 33}) {
       const int64_t ld = n + 5, ldt = k + 2;
       std::vector<float> b(size_t(std::max(k * ld, n * ldt)));
@@ -93,30 +94,34 @@ TEST(GemmRuntime, PackBLayouts) {
     }
 }
 
-// Threads that share one packed copy pack a column panel each (dt::SharedPack): packed panel by
-// panel, in any order, the copy has the same bits as packed whole.
+// Threads that share one packed copy pack a group of column panels each (dt::SharedPack): packed
+// panel by panel or group by group, in any order, the copy has the same bits as packed whole.
 TEST(GemmRuntime, PackBByPanelsMatchesTheWholeCopy) {
   std::mt19937 rng(3);
-  for (int64_t n : {1, 17, 64, 65, 200})
+  for (int64_t n : {1, 17, 64, 65, 200, 520})
     for (int64_t k : {1, 7, 33}) {
       std::vector<float> b(size_t(k * n));
       for (auto& x : b) x = float(int(rng() % 200) - 100) / 7.0f;
       const int64_t panels = panels_of(n);
       ASSERT_EQ(panels, (n + NR - 1) / NR);
       for (int pairs = 0; pairs < 2; ++pairs) {
-        std::vector<float> whole(size_t(packed_b_size(k, n)), -1.0f), by_panel(whole.size(), -2.0f);
-        std::vector<int64_t> order(static_cast<size_t>(panels));
-        for (int64_t i = 0; i < panels; ++i) order[size_t(i)] = panels - 1 - i;
-        if (pairs) {
-          pack_b_pairs<F32>(b.data(), n, 1, k, n, k, whole.data());
-          for (int64_t q : order) pack_b_pairs<F32>(b.data(), n, 1, k, n, k, by_panel.data(), q, q + 1);
-        } else {
-          pack_b<F32>(b.data(), n, 1, k, n, k, whole.data());
-          for (int64_t q : order) pack_b<F32>(b.data(), n, 1, k, n, k, by_panel.data(), q, q + 1);
-        }
-        for (size_t i = 0; i < whole.size(); ++i)
+        std::vector<float> whole(size_t(packed_b_size(k, n)), -1.0f), by_panel(whole.size(), -2.0f),
+            by_group(whole.size(), -3.0f);
+        const int64_t groups = pack_groups_of(n);
+        ASSERT_EQ(groups, (panels + kPackGroup - 1) / kPackGroup);
+        auto pack = [&](float* dst, int64_t first, int64_t end) {
+          if (pairs) pack_b_pairs<F32>(b.data(), n, 1, k, n, k, dst, first, end);
+          else pack_b<F32>(b.data(), n, 1, k, n, k, dst, first, end);
+        };
+        pack(whole.data(), 0, kAllPanels);
+        for (int64_t q = panels - 1; q >= 0; --q) pack(by_panel.data(), q, q + 1);
+        for (int64_t g = groups - 1; g >= 0; --g) pack(by_group.data(), g * kPackGroup, (g + 1) * kPackGroup);
+        for (size_t i = 0; i < whole.size(); ++i) {
           ASSERT_EQ(std::memcmp(&whole[i], &by_panel[i], sizeof(float)), 0)
               << "pairs " << pairs << " n " << n << " k " << k << " at " << i;
+          ASSERT_EQ(std::memcmp(&whole[i], &by_group[i], sizeof(float)), 0)
+              << "pairs " << pairs << " n " << n << " k " << k << " at " << i;
+        }
       }
     }
 }
@@ -214,12 +219,14 @@ TEST(GemmRuntime, CausalTrianglesAreLeftOut) {
           for (int64_t i = 0; i < m; ++i)
             for (int64_t j = 0; j < n; ++j) {
               const float got = c[size_t(i * n + j)], want = full[size_t(i * n + j)] + before;
-              if (j - i <= diag)
+              if (j - i <= diag) {
                 ASSERT_EQ(got, want) << m << "x" << n << "x" << k << " diag " << diag << " at " << i << ", "
                                      << j;
+              }
               // A tile spans MR rows and NR columns: one this far above the diagonal is wholly there.
-              if (j - i > diag + MR + NR - 2)
+              if (j - i > diag + MR + NR - 2) {
                 ASSERT_EQ(got, 5.0f) << "computed a left-out tile at " << i << ", " << j;
+              }
             }
           std::fill(c.begin(), c.end(), 5.0f);
           gemm(m, n, k, azs[va], bs[vb], c.data(), n, accumulate, Triangle{kNoTriangle, diag});

@@ -19,6 +19,9 @@ namespace {
 
 using ir::OpKind;
 
+// The panels of a shared packed copy that one claim of dt::SharedPack packs.
+constexpr const char* kSharedPanels = ", dt::gemm::kPackGroup * group, dt::gemm::kPackGroup * (group + 1)";
+
 const char* ctype(DType t) {
   switch (t) {
     case DType::i32: return "int32_t";
@@ -138,9 +141,10 @@ class Generator {
       line("dt::TeamEnd team_end;  // where threads out of grid steps wait for the rest");
     for (const plan::BlockSpec& s : p_.operands)
       if (p_.staging_of(s).shared)
-        line(fmt::format(
-            "dt::SharedPack shared{}(dt::gemm::panels_of({}));  // {}'s column panels, packed by the team",
-            s.op, shared_columns(s), shown(k_.tensors[size_t(s.tensor)].name)));
+        line(
+            fmt::format("dt::SharedPack shared{}(dt::gemm::pack_groups_of({}));  // {}'s column panels, "
+                        "packed by the team",
+                        s.op, shared_columns(s), shown(k_.tensors[size_t(s.tensor)].name)));
     line(fmt::format("#pragma omp parallel num_threads({})", p_.threads));
     line("{");
     ++indent_;
@@ -1974,8 +1978,8 @@ class Generator {
       line(fmt::format(
           "// pack every block of the loop of {} as operand b of the dot at {}, once for the team: each",
           name, at(dop.loc)));
-      line("// thread packs the column panels it claims, then waits for the rest (dt::SharedPack)");
-      line(fmt::format("for (int64_t panel = 0; shared{}.claim(&panel); shared{}.packed()) {{", s.op, s.op));
+      line("// thread packs the groups of column panels it claims, then waits for the rest (dt::SharedPack)");
+      line(fmt::format("for (int64_t group = 0; shared{}.claim(&group); shared{}.packed()) {{", s.op, s.op));
     } else {
       line(fmt::format("// pack {} {} of {} into fast memory as operand {} of the dot at {}",
                        resident ? "every block" : "this block",
@@ -2012,7 +2016,7 @@ class Generator {
     std::string b = batch_slab(operand);
     pack_call(load, operand, st.dot_operand,
               b.empty() ? dst : fmt::format("{} + ({}) * {}", dst, b, slab2d(operand, st.dot_operand).text()),
-              p_.gemm_for_op(st.dot)->bf16_pairs, st.shared ? ", panel, panel + 1" : "");
+              p_.gemm_for_op(st.dot)->bf16_pairs, st.shared ? kSharedPanels : "");
     close_nest(batch, [](size_t) {});
     if (blocks) {
       --indent_;

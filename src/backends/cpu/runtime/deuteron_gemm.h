@@ -505,20 +505,36 @@ DG_INLINE void transpose(vec* x) {
 
 // Packs B (K x N), element (k, j) at src[k*rs + j*cs], into NR-column panels: element (k, j) at
 // dst[(j / NR)*NR*kstride + k*NR + j % NR]. Columns past N in the last panel are zero. Only
-// panels [first_panel, end_panel) where given: threads that share one copy pack a panel each.
+// panels [first_panel, end_panel) where given: threads that share one copy pack a group of
+// kPackGroup panels each (pack_groups_of).
 inline constexpr int64_t kAllPanels = INT64_MAX;
+// Contiguous rows are copied across this many whole panels at a time, so that each row's read
+// is 4 consecutive cache lines that the hardware prefetches, where one panel's read one line
+// per row, a row stride apart (a 1024 x 1024 B from the L3: 0.5-0.7x the time, Zen 3).
+inline constexpr int64_t kPackGroup = 4;
+DG_INLINE constexpr int64_t pack_groups_of(int64_t columns) {
+  return (panels_of(columns) + kPackGroup - 1) / kPackGroup;
+}
 template <int E>
 static inline void pack_b(const void* src, int64_t rs, int64_t cs, int64_t K, int64_t N, int64_t kstride,
                           float* __restrict dst, int64_t first_panel = 0, int64_t end_panel = kAllPanels) {
-  for (int64_t j0 = first_panel * NR; j0 < N && j0 / NR < end_panel; j0 += NR) {
+  int64_t j0 = first_panel * NR;
+  if (cs == 1) {
+    const int64_t whole_end = N / NR < end_panel ? N / NR : end_panel;  // whole panels in range
+    for (int64_t p0 = first_panel; p0 < whole_end; p0 += kPackGroup) {
+      const int64_t p1 = p0 + kPackGroup < whole_end ? p0 + kPackGroup : whole_end;
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t p = p0; p < p1; ++p)
+#pragma GCC unroll 4
+          for (int v = 0; v < kNV; ++v)
+            storeu(dst + p * NR * kstride + k * NR + v * kVec, load_row<E>(src, k * rs + p * NR + v * kVec));
+    }
+    if (whole_end > first_panel) j0 = whole_end * NR;
+  }
+  for (; j0 < N && j0 / NR < end_panel; j0 += NR) {
     float* d = dst + (j0 / NR) * NR * kstride;
     const int64_t n = N - j0 < NR ? N - j0 : NR;
-    if (cs == 1 && n == NR) {
-      // Rows of B are contiguous: copy (and widen) vectors.
-      for (int64_t k = 0; k < K; ++k)
-#pragma GCC unroll 4
-        for (int v = 0; v < kNV; ++v) storeu(d + k * NR + v * kVec, load_row<E>(src, k * rs + j0 + v * kVec));
-    } else if (rs == 1 && n == NR) {
+    if (rs == 1 && n == NR) {
       // Columns are contiguous (a transposed operand, e.g. k^T): transpose kVec x kVec tiles.
       int64_t k = 0;
       for (; k + kVec <= K; k += kVec)
