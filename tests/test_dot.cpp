@@ -524,7 +524,9 @@ std::vector<double> shifted_causal_reference(const Tensor& q, const Tensor& k, c
 // the tiles above the diagonal, the product with v does not multiply the softmax's zeros there,
 // whichever way the comparison is written and wherever the diagonal sits. Each is exact: at
 // ragged shapes and blocks that cut the diagonal anywhere, against a float64 loop. A mask to 0
-// (not -inf) leaves nothing out, and neither does attention without a mask.
+// (not -inf) leaves nothing out, and neither does attention without a mask. The mask itself is
+// a plan::DiagonalMask, which the CPU target tests per block: a block below the diagonal runs
+// its where() without it (both branches run at these blocks).
 TEST(DotPlan, CausalProductsLeaveOutTheMaskedTriangle) {
   static const auto greater = shifted_causal_attention<0, false, -1>("dot_plan_causal_greater");
   static const auto less = shifted_causal_attention<3, true, -1>("dot_plan_causal_less_shifted");
@@ -545,8 +547,13 @@ TEST(DotPlan, CausalProductsLeaveOutTheMaskedTriangle) {
     EXPECT_EQ(p.dots[0].a_zero_above, none) << cs.kernel->name();
     EXPECT_EQ(p.dots[1].c_unused_above, none) << cs.kernel->name();
     EXPECT_EQ(p.dots[1].a_zero_above, cs.zero ? none : cs.shift) << cs.kernel->name();
+    ASSERT_EQ(p.diagonal_masks.size(), 1u) << cs.kernel->name();
+    EXPECT_EQ(p.diagonal_masks[0].t, cs.shift) << cs.kernel->name();
     const std::string code = s.backend->emit(p);
     EXPECT_EQ(code.find("dt::gemm::Triangle{") != std::string::npos, !cs.zero) << code;
+    EXPECT_NE(code.find(fmt::format("- o_q <= {}) {{  // ", cs.shift)), std::string::npos) << code;
+    EXPECT_NE(code.find(fmt::format("kv - q > {} nowhere in this block", cs.shift)), std::string::npos)
+        << code;
     const std::vector<double> want = shifted_causal_reference(q, k, v, cs.shift, cs.zero);
     for (const char* blocks : {R"({"block_q": 16, "block_kv": 32, "num_threads": 2})",
                                R"({"block_q": 32, "block_kv": 8, "num_threads": 1})",
@@ -558,8 +565,10 @@ TEST(DotPlan, CausalProductsLeaveOutTheMaskedTriangle) {
   }
   const KernelBase& unmasked = *examples::find("attention").kernel;
   auto s = driver::specialize(unmasked, frontend::describe_args(unmasked, {q, k, v}), "cpu");
-  for (const plan::Dot& d : driver::lower(s, s.space.default_config()).dots)
+  plan::Plan p = driver::lower(s, s.space.default_config());
+  for (const plan::Dot& d : p.dots)
     EXPECT_TRUE(d.c_unused_above == plan::Dot::kNoTriangle && d.a_zero_above == plan::Dot::kNoTriangle);
+  EXPECT_TRUE(p.diagonal_masks.empty());
 }
 
 // out[b, m, :] = x[b, m, :] @ y[b]: each grid step reads all of y[b] (attention's kᵀ per head).

@@ -195,6 +195,9 @@ std::string print(const Plan& p) {
       out += fmt::format("    a is zero where {} - {} > {}: not multiplied\n", last_axis(op.inputs[0], 1),
                          last_axis(op.result, 2), d.a_zero_above);
   }
+  for (const DiagonalMask& m : p.diagonal_masks)
+    out += fmt::format("  diagonal mask %{}: {} - {} > {}\n", m.cond, k.axes[size_t(m.col)].name,
+                       k.axes[size_t(m.row)].name, m.t);
   out += "  fusion groups:\n";
   for (size_t l = 0; l < p.bodies.size(); ++l) {
     for (const Item& it : p.bodies[l]) {

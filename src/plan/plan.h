@@ -93,6 +93,15 @@ struct Dot {
   int64_t a_zero_above = kNoTriangle;
 };
 
+// A condition index(col) - index(row) > t on two tile axes (a causal mask, kv > q), found by
+// find_triangles: a target may test per block that it holds nowhere (a block below the
+// diagonal) and run that block without it.
+struct DiagonalMask {
+  ir::ValueId cond = -1;
+  int row = -1, col = -1;
+  int64_t t = 0;
+};
+
 // A value updated around a loop; it lives in fast memory for the loop's whole run.
 struct CarriedValue {
   int loop = -1;
@@ -138,6 +147,7 @@ struct Plan {
   std::vector<BlockSpec> operands;
   std::vector<InnerLoop> inner_loops;
   std::vector<Dot> dots;
+  std::vector<DiagonalMask> diagonal_masks;
   std::vector<CarriedValue> carried;
   std::vector<Reduction> reductions;
   std::vector<std::vector<Item>> bodies;  // per loop: its grouped body

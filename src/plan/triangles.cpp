@@ -40,8 +40,8 @@ std::optional<AxisOffset> axis_offset(const ir::Kernel& k, ir::ValueId v) {
   return std::nullopt;
 }
 
-// The t of a condition `index(col) - index(row) > t`, as a comparison of two index expressions.
-std::optional<int64_t> above_diagonal(const ir::Kernel& k, ir::ValueId cond, int row, int col) {
+// A condition `index(col) - index(row) > t`, as a comparison of two index expressions.
+std::optional<DiagonalMask> diagonal(const ir::Kernel& k, ir::ValueId cond) {
   const ir::Op* op = k.def(ir::strip_views(k, cond));
   if (!op || op->kind != ir::OpKind::Binary) return std::nullopt;
   auto x = axis_offset(k, op->inputs[0]), y = axis_offset(k, op->inputs[1]);
@@ -52,8 +52,15 @@ std::optional<int64_t> above_diagonal(const ir::Kernel& k, ir::ValueId cond, int
   bool strict = op->binary == ir::BinaryFn::Gt || op->binary == ir::BinaryFn::Lt;
   if (!greater && op->binary != ir::BinaryFn::Lt && op->binary != ir::BinaryFn::Le) return std::nullopt;
   if (!greater) std::swap(x, y);  // now x > y (or >=)
-  if (x->axis != col || y->axis != row) return std::nullopt;
-  return y->offset - x->offset - (strict ? 0 : 1);
+  if (x->axis == y->axis) return std::nullopt;
+  return DiagonalMask{op->result, y->axis, x->axis, y->offset - x->offset - (strict ? 0 : 1)};
+}
+
+// The t of a condition `index(col) - index(row) > t` on the given axes.
+std::optional<int64_t> above_diagonal(const ir::Kernel& k, ir::ValueId cond, int row, int col) {
+  auto d = diagonal(k, cond);
+  if (!d || d->row != row || d->col != col) return std::nullopt;
+  return d->t;
 }
 
 // A where(cond, -inf, value) at v, masking the part above a diagonal of (row, col): its t.
@@ -112,6 +119,11 @@ std::optional<int64_t> zero_above_diagonal(const ir::Kernel& k, ir::ValueId a, i
 
 void find_triangles(Lowering& l) {
   const ir::Kernel& k = l.k;
+  for (const ir::Op& op : k.ops) {
+    if (op.kind != ir::OpKind::Binary) continue;
+    if (auto d = diagonal(k, op.result); d && is_tile_axis(k, d->row) && is_tile_axis(k, d->col))
+      l.p.diagonal_masks.push_back(*d);
+  }
   for (Dot& d : l.p.dots) {
     const ir::Op& op = k.ops[size_t(d.op)];
     const auto& rd = k.value(op.result).dims;
