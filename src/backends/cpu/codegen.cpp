@@ -807,13 +807,17 @@ class Generator {
 
   // Global element index along axis `a` for tensor addressing.
   std::string global_index(int a) const {
-    const ir::Axis& ax = k_.axes[size_t(a)];
-    if (ax.kind != ir::AxisKind::Tile) return ivar(a);
-    auto o = origin_.find(a);
-    std::string origin = o == origin_.end() ? "o_" + ax.name : o->second;
-    if (ivar(a) == "0") return o == origin_.end() ? origin : "(" + origin + ")";
-    return fmt::format("({} + {})", origin, ivar(a));
+    if (k_.axes[size_t(a)].kind != ir::AxisKind::Tile) return ivar(a);
+    if (ivar(a) == "0") return block_origin(a);
+    return fmt::format("({} + {})", origin_of(a), ivar(a));
   }
+  // The first global index of a tile axis in the current block: o_<axis>, or what replaces it.
+  std::string origin_of(int a) const {
+    auto o = origin_.find(a);
+    return o == origin_.end() ? "o_" + k_.axes[size_t(a)].name : o->second;
+  }
+  // The same as an operand (a replacement is an expression).
+  std::string block_origin(int a) const { return origin_.count(a) ? "(" + origin_of(a) + ")" : origin_of(a); }
   // The loop variable of an axis inside a block ("i_t0"), or what replaces it (a dot's base
   // addresses put 0 there).
   std::string ivar(int a) const {
@@ -1085,12 +1089,6 @@ class Generator {
         if (m.cond == cond && plain_axis(m.row) && plain_axis(m.col)) return &m;
     }
     return nullptr;
-  }
-
-  // The first global index of an axis in the current block.
-  std::string block_origin(int a) const {
-    auto o = origin_.find(a);
-    return o == origin_.end() ? "o_" + k_.axes[size_t(a)].name : "(" + o->second + ")";
   }
 
   void emit_group(const plan::Group& g) {

@@ -865,7 +865,7 @@ class Refiner {
     // threads read that one copy (Staging::shared). The micro-kernel works on one packed column
     // panel of it at a time, which must fit the L2 with the rest; the whole copy may take half
     // of the last-level cache.
-    int64_t l3_share = (cpu_info().l3_bytes > 0 ? cpu_info().l3_bytes : int64_t(32) << 20) / 2;
+    int64_t l3_share = cpu_info().l3_bytes / 2;
     // Grid axes of one block (a dot's whole N in one grid block) select nothing either.
     auto one_block = [&](int a) { return p_.block[size_t(a)] >= k().axis(a).extent; };
     for (size_t i = 0; i < p_.operands.size(); ++i) {

@@ -172,7 +172,7 @@ std::string operand_default(const ir::Kernel& k, const config::ConfigSpace& spac
   bool selected_by_fastest = std::any_of(load.index.begin(), load.index.end(), [&](const ir::Index& e) {
     return e.kind == ir::Index::Kind::Axis && !grid.empty() && e.axis == grid.back();
   });
-  const int64_t l3 = cpu_info().l3_bytes > 0 ? cpu_info().l3_bytes : int64_t(32) << 20;
+  const int64_t l3 = cpu_info().l3_bytes;
   const int loop_axis = k.loop(o.loop).axes.front();
   const int64_t block = std::max<int64_t>(default_block(k, space, loop_axis), 1);
   const int64_t blocks =
@@ -298,7 +298,7 @@ void suggest_goto_order(const ir::Kernel& k, const config::TargetLimits& limits,
     return true;
   };
   const int64_t k_extent = k.axis(kk).extent, n_extent = n == ir::kOne ? 1 : k.axis(n).extent;
-  const int64_t l3 = cpu_info().l3_bytes > 0 ? cpu_info().l3_bytes : int64_t(32) << 20;
+  const int64_t l3 = cpu_info().l3_bytes;
   if (4 * packed_b_elements(k_extent, n_extent) > l3 / 2) return;  // Refiner::scratch's share
   // Only where the product may accumulate in the output's rows (Gemm::out_store), which a store
   // writes as they are or an elementwise epilogue writes over in place (Gemm::out_epilogue): a
@@ -371,7 +371,7 @@ void extend_space(const ir::Kernel& k, const config::TargetLimits& limits, confi
       const ir::HostTensor& x = k.tensors[size_t(k.ops[size_t(o)].tensor)];
       out_bytes += x.numel() * dtype_size(x.dtype);
     }
-    int64_t cache = cpu_info().l3_bytes > 0 ? cpu_info().l3_bytes : int64_t(32) << 20;
+    int64_t cache = cpu_info().l3_bytes;
     space.add(t, out_bytes > cache ? kStoresStream : kStoresCached);
   }
 
