@@ -82,10 +82,9 @@ struct Worst {
 // FLT_MAX, results and references count as 2^128 so that values next to the overflow threshold
 // are judged by their error. Prints the worst error in float ulps and relative (the latter
 // for normal results).
-template <class F, class R, class T>
-void check(const char* name, F f, R ref, T tol) {
+template <class R, class T>
+void check_values(const char* name, const std::vector<float>& ys, R ref, T tol) {
   const std::vector<float>& xs = inputs();
-  std::vector<float> ys = eval(f);
   Worst ulps, rel;
   int failures = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
@@ -121,6 +120,10 @@ void check(const char* name, F f, R ref, T tol) {
   EXPECT_EQ(failures, 0) << name;
   std::printf("[   INFO   ] %-10s worst %.2f ulp at x=%.9g, worst relative %.3g at x=%.9g\n", name,
               ulps.err, ulps.at, rel.err, rel.at);
+}
+template <class F, class R, class T>
+void check(const char* name, F f, R ref, T tol) {
+  check_values(name, eval(f), ref, tol);
 }
 
 // k float ulps of the reference.
@@ -292,11 +295,19 @@ TEST(CpuMath, Sigmoid) {
   EXPECT_TRUE(std::isnan(dt::sigmoid(dt::nan())));
 }
 
+// x * sigmoid(x): a few ulp; results below 1e-35 in magnitude may be flushed to 0.
+const auto silu_ref = at_neg_inf_zero([](double x) { return x * sigmoid_ref(x); });
+double silu_tolerance(double, double r) { return 4.0 * ulp_at(r) + flushable(r); }
+// x * sigmoid(v), v = 2 sqrt(2/pi) (x + 0.044715 x^3), has condition number about |x v'(x)| for
+// x << 0, so a few ulp times (1 + |v|) is as good as float inputs allow.
+double gelu_tanh_tolerance(double x, double r) {
+  double v = 2.0 * std::sqrt(2.0 / kPi) * (x + 0.044715 * x * x * x);
+  return 4.0 * (1.0 + std::fabs(v)) * ulp_at(r) + flushable(r);
+}
+
 TEST(CpuMath, Silu) {
-  // x * sigmoid(x): a few ulp; results below 1e-35 in magnitude may be flushed to 0.
-  check("silu", [](float x) { return dt::silu(x); },
-        at_neg_inf_zero([](double x) { return x * sigmoid_ref(x); }),
-        [](double, double r) { return 4.0 * ulp_at(r) + flushable(r); });
+  check(
+      "silu", [](float x) { return dt::silu(x); }, silu_ref, silu_tolerance);
   EXPECT_EQ(dt::silu(0.0f), 0.0f);
   EXPECT_EQ(dt::silu(dt::kInf), dt::kInf);
   EXPECT_EQ(dt::silu(dt::neg_inf()), 0.0f);  // the limit (-0), not inf * 0 = NaN
@@ -336,13 +347,10 @@ TEST(CpuMath, GeluTanh) {
     float x = float(i) / 4096.0f;
     ASSERT_NEAR(dt::gelu_tanh(x), gelu_tanh_ref(x), 1e-6) << x;
   }
-  // Relative: x * sigmoid(v), v = 2 sqrt(2/pi) (x + 0.044715 x^3), has condition number about
-  // |x v'(x)| for x << 0, so a few ulp times (1 + |v|) is as good as float inputs allow.
-  check("gelu_tanh", [](float x) { return dt::gelu_tanh(x); }, at_neg_inf_zero(gelu_tanh_ref_tail),
-        [](double x, double r) {
-          double v = 2.0 * std::sqrt(2.0 / kPi) * (x + 0.044715 * x * x * x);
-          return 4.0 * (1.0 + std::fabs(v)) * ulp_at(r) + flushable(r);
-        });
+  // Relative, to the tolerance above.
+  check(
+      "gelu_tanh", [](float x) { return dt::gelu_tanh(x); }, at_neg_inf_zero(gelu_tanh_ref_tail),
+      gelu_tanh_tolerance);
   EXPECT_EQ(dt::gelu_tanh(0.0f), 0.0f);
   EXPECT_EQ(dt::gelu_tanh(10.0f), 10.0f);
   EXPECT_EQ(dt::gelu_tanh(dt::kInf), dt::kInf);
@@ -596,11 +604,13 @@ namespace deuteron::testing_avx2 {  // tests/test_cpu_isa_avx2.cpp, compiled wit
 void cumsum_rows(const float* in, int64_t in_rs, float* out, int64_t out_rs, int64_t rows, int64_t n,
                  bool reverse, bool stream);
 void exp_chunks(const float* x, float* y, int64_t n, bool base2);
+void activation_chunks(const float* x, float* y, int64_t n, bool gelu_tanh);
 }  // namespace deuteron::testing_avx2
 namespace deuteron::testing_avx512 {  // tests/test_cpu_isa_avx512.cpp, compiled with -mavx512f
 void cumsum_rows(const float* in, int64_t in_rs, float* out, int64_t out_rs, int64_t rows, int64_t n,
                  bool reverse, bool stream);
 void exp_chunks(const float* x, float* y, int64_t n, bool base2);
+void activation_chunks(const float* x, float* y, int64_t n, bool gelu_tanh);
 }  // namespace deuteron::testing_avx512
 
 namespace {
@@ -739,4 +749,25 @@ TEST(CpuMath, ExpNonPositiveChunks) {
       }
     }
 #endif
+}
+
+// silu and gelu_tanh as generated loops compute them a chunk at a time: their exponentials by
+// the chunk functions (AVX2, AVX-512), then dt::x_sigmoid_from. The lane functions' tolerances
+// hold over every input.
+TEST(CpuMath, ActivationChunks) {
+  using Fn = void (*)(const float*, float*, int64_t, bool);
+  std::vector<std::pair<std::string, Fn>> isas;
+  if (has_avx2()) isas.push_back({"avx2", deuteron::testing_avx2::activation_chunks});
+  if (has_avx512()) isas.push_back({"avx512", deuteron::testing_avx512::activation_chunks});
+  if (isas.empty()) GTEST_SKIP() << "this CPU has no AVX2";
+  const std::vector<float>& xs = inputs();
+  std::vector<float> ys(xs.size());
+  for (const auto& [isa, fn] : isas) {
+    fn(xs.data(), ys.data(), int64_t(xs.size()), false);
+    check_values(("silu " + isa).c_str(), ys, silu_ref, silu_tolerance);
+    EXPECT_EQ(u_of(ys[size_t(std::find(xs.begin(), xs.end(), dt::neg_inf()) - xs.begin())]), u_of(-0.0f))
+        << isa;
+    fn(xs.data(), ys.data(), int64_t(xs.size()), true);
+    check_values(("gelu_tanh " + isa).c_str(), ys, at_neg_inf_zero(gelu_tanh_ref_tail), gelu_tanh_tolerance);
+  }
 }

@@ -18,6 +18,13 @@ namespace {
 
 namespace hl = deuteron::hl;
 
+// How often `what` occurs in `text`.
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 std::string emit_cpu(const examples::Entry& e) {
   auto args = e.inputs(e.small_shape, DType::f32, 1);
   auto s = driver::specialize(*e.kernel, frontend::describe_args(*e.kernel, args), "cpu");
@@ -111,11 +118,6 @@ TEST(GeneratedCode, RowPassesPrefetchTheNextBlockAndTheirStores) {
   std::string src = s.backend->emit(driver::lower(s, driver::complete(s, c)));
   const std::string next = "if ((o_rows + B_rows + i_rows) < 130) __builtin_prefetch(&x[((o_rows + B_rows + i_rows)) * 1000 + i_r0], 0, 2);";
   const std::string write = "__builtin_prefetch(&out0[((o_rows + i_rows)) * 1000 + i_r0], 1, 3);";
-  auto count = [](const std::string& text, const std::string& what) {
-    size_t n = 0;
-    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-    return n;
-  };
   EXPECT_EQ(count(src, next), 1u) << src;
   EXPECT_EQ(count(src, write), 1u) << src;
   EXPECT_EQ(count(src, "__builtin_prefetch"), 2u) << src;
@@ -498,11 +500,6 @@ TEST(GeneratedCode, ExpOfXMinusItsMaxUsesTheNonPositiveExp) {
     auto s = driver::specialize(k, frontend::describe_args(k, args), "cpu");
     return s.backend->emit(driver::lower(s, s.space.default_config()));
   };
-  auto count = [](const std::string& src, const std::string& what) {
-    size_t n = 0;
-    for (size_t at = src.find(what); at != std::string::npos; at = src.find(what, at + 1)) ++n;
-    return n;
-  };
   const Tensor x = Tensor::rand({5, 37}, DType::f32, 1), y = Tensor::rand({5, 37}, DType::f32, 2);
   auto rows = [](auto body) {
     return deuteron::kernel("exp_args", [body](hl::Tensor a, hl::Tensor b) {
@@ -538,6 +535,20 @@ TEST(GeneratedCode, ExpOfXMinusItsMaxUsesTheNonPositiveExp) {
   const std::string attention = emit_cpu(examples::find("attention"));
   EXPECT_EQ(count(attention, "dt::exp2_nonpositive("), 2u);
   EXPECT_EQ(count(attention, "dt::exp2_nonpositive_chunk("), 1u);
+}
+
+// silu and gelu_tanh along a long row: whole chunks compute their exponentials in one call each
+// (dt::exp_nonpositive_chunk on the arguments -|g(x)|) and the activation from them
+// (dt::x_sigmoid_from); the rest of the row runs the lane function.
+TEST(GeneratedCode, ActivationsRunTheirExponentialsAChunkAtATime) {
+  for (auto [kernel, act] : {std::pair{"swiglu", "silu"}, std::pair{"geglu", "gelu_tanh"}}) {
+    const std::string src = emit_cpu(examples::find(kernel));
+    EXPECT_EQ(count(src, fmt::format("dt::{}_exp_arg(", act)), 1u) << src;
+    EXPECT_EQ(count(src, "dt::exp_nonpositive_chunk("), 1u) << src;
+    EXPECT_EQ(count(src, "dt::x_sigmoid_from("), 1u) << src;
+    EXPECT_EQ(count(src, fmt::format("dt::{}(", act)), 1u) << src;
+    EXPECT_LT(src.find("dt::exp_nonpositive_chunk("), src.find(fmt::format("dt::{}(", act))) << src;
+  }
 }
 
 // A where between a constant and a value in fast memory, under a mask kept in fast memory,

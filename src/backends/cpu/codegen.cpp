@@ -907,6 +907,10 @@ class Generator {
         e = fmt::format("dt::where<{}>({}, {}, {})", ctype(r.dtype), in(0), in_as(1, r.dtype), in_as(2, r.dtype));
         break;
       case OpKind::Unary: {
+        if (auto c = chunk_exp_.find(op.result); c != chunk_exp_.end()) {  // silu, gelu_tanh
+          e = fmt::format("dt::x_sigmoid_from({}, {})", in(0), c->second);
+          break;
+        }
         // Only the exponentials have a cheaper form for arguments known not to be positive.
         const bool exp = op.unary == ir::UnaryFn::Exp || op.unary == ir::UnaryFn::Exp2;
         e = unary(op, in_as(0, ir::operand_dtype(op.unary, k_.value(op.inputs[0]).dtype)), r.dtype,
@@ -1193,7 +1197,16 @@ class Generator {
     const std::vector<ir::ValueId> reads = invariant_reads(g, inner);
     std::vector<ir::ValueId> divisors = long_loop ? invariant_divisors(g, reads) : std::vector<ir::ValueId>{};
     bool versioned = !divisors.empty();
-    bool own_inner = split || versioned;  // the innermost loop is opened here, not by open_nest
+    // Activations whose exponentials run a chunk at a time (emit_lanes): in pieces of streamed
+    // rows, or in a loop of their own.
+    std::vector<const ir::Op*> activations;
+    if (!chunked && !pragma.empty() && scalar_red.empty() && !range_.count(inner) &&
+        (runtime_whole(inner) || p_.storage_extent(inner) >= 128))
+      for (const ir::Op* op : chunk_exponentials(g, inner, {}))
+        if (op->unary == ir::UnaryFn::Silu || op->unary == ir::UnaryFn::GeluTanh) activations.push_back(op);
+    bool act_chunked = !activations.empty() && !stream_chunked && !versioned;
+    bool own_inner =
+        split || versioned || act_chunked;  // the innermost loop is opened here, not by open_nest
     std::vector<int> outer(dom.begin(), dom.end() - (own_inner ? 1 : 0));
     std::map<ir::ValueId, std::string> hoisted;  // read before the innermost loop(s), last of all
     auto declare = [&](size_t level) {
@@ -1233,22 +1246,7 @@ class Generator {
         // dt::exp_nonpositive_chunk); the loop below reads their values.
         std::map<ir::ValueId, std::string> known = hoisted;
         std::vector<const ir::Op*> exps = chunk_exponentials(g, inner, known);
-        for (const ir::Op* e : exps) {
-          const char* fn = e->unary == ir::UnaryFn::Exp ? "exp" : "exp2";
-          line(fmt::format(
-              "alignas(64) float e{}[dt::kReduceChunk];  // {}: the chunk's arguments, then their {}",
-              e->result, at(e->loc), fn));
-          scalars_ = known;
-          line("#pragma omp simd");
-          line(chunk_loop);
-          ++indent_;
-          std::string argument = value(e->inputs[0]);
-          line(fmt::format("e{}[{}] = {};", e->result, lane, argument));
-          --indent_;
-          line("}");
-          line(fmt::format("dt::{}_nonpositive_chunk(e{});", fn, e->result));
-          known[e->result] = fmt::format("e{}[{}]", e->result, lane);
-        }
+        emit_chunk_exponentials(exps, lane, chunk_loop, known);
         const std::set<int> skipped = skip_;
         if (!exps.empty()) {
           std::set<ir::ValueId> read;
@@ -1263,6 +1261,7 @@ class Generator {
         --indent_;
         line("}");
         skip_ = skipped;
+        chunk_exp_.clear();
         --indent_;
         line("}");
         scalars_ = hoisted;
@@ -1286,18 +1285,18 @@ class Generator {
         ++indent_;
         line(fmt::format("const int64_t e_{0} = s_{0} + dt::kStreamChunk < n_{0} ? s_{0} + dt::kStreamChunk : n_{0};", n));
         for (const RowPrefetch& r : prefetches) emit_row_prefetch(r, inner, "s_" + n, "e_" + n);
-        line(pragma);
-        line(fmt::format("for (int64_t i_{0} = s_{0}; i_{0} < e_{0}; ++i_{0}) {{", n));
-        ++indent_;
         stream_piece_ = "s_" + n;
-        scalars_ = hoisted;
-        emit_body(g, inner, "");
-        --indent_;
-        line("}");
+        emit_lanes(g, inner, pragma, "s_" + n, "e_" + n, hoisted, activations);
         range_[inner] = {"s_" + n, "e_" + n};
         for (const StreamedStore* st : streamed) emit_stream_row(*st);
         range_.erase(inner);
         stream_piece_.clear();
+        --indent_;
+        line("}");
+      } else if (act_chunked) {
+        line("{");
+        ++indent_;
+        emit_lanes(g, inner, pragma, "0", "n_" + axis(inner), hoisted, activations);
         --indent_;
         line("}");
       } else if (versioned) {
@@ -1483,21 +1482,93 @@ class Generator {
   // The exponentials of group g that run a chunk at a time (dt::exp_nonpositive_chunk): f32 exp
   // or exp2 of an argument known not to be positive that varies along the innermost loop, and
   // that a loop of its own can compute (`known`: the values there, read).
+  // Also silu and gelu_tanh of f32, whose exponential's argument -|g(x)| (see
+  // dt::x_sigmoid_from) is computed so.
   std::vector<const ir::Op*> chunk_exponentials(const plan::Group& g, int inner,
                                                 std::map<ir::ValueId, std::string> known) const {
     std::vector<const ir::Op*> out;
     for (int o : g.ops) {
       const ir::Op& op = k_.ops[size_t(o)];
-      if (op.kind != OpKind::Unary || (op.unary != ir::UnaryFn::Exp && op.unary != ir::UnaryFn::Exp2))
-        continue;
+      if (op.kind != OpKind::Unary) continue;
+      const bool exp = op.unary == ir::UnaryFn::Exp || op.unary == ir::UnaryFn::Exp2;
+      const bool act = op.unary == ir::UnaryFn::Silu || op.unary == ir::UnaryFn::GeluTanh;
+      if (!exp && !act) continue;
       if (fused_.count(o) || skip_.count(o) || known.count(op.result)) continue;
       if (k_.value(op.result).dtype != DType::f32 || k_.value(op.inputs[0]).dtype != DType::f32) continue;
-      if (!ir::nonpositive(k_, op.inputs[0]) || !uses_axis(op.result, inner)) continue;
+      if ((exp && !ir::nonpositive(k_, op.inputs[0])) || !uses_axis(op.result, inner)) continue;
       if (!computable_apart(op.inputs[0], g, known)) continue;
       out.push_back(&op);
-      known[op.result] = "";
+      if (exp) known[op.result] = "";  // an activation's value is computed in the loop, not read
     }
     return out;
+  }
+
+  // Group g's innermost loop over [begin, end), `pragma` on it. With `activations` (silu and
+  // gelu_tanh whose arguments it can compute apart), whole chunks of dt::kReduceChunk lanes run
+  // first, their activations' exponentials in one call each (a table-driven exponential that
+  // lane code cannot express: geglu 0.77x the time, swiglu 0.84x), then the rest lane by lane.
+  void emit_lanes(const plan::Group& g, int inner, const std::string& pragma, const std::string& begin,
+                  const std::string& end, const std::map<ir::ValueId, std::string>& hoisted,
+                  const std::vector<const ir::Op*>& activations) {
+    const std::string& n = axis(inner);
+    std::string from = begin;
+    if (!activations.empty()) {
+      line(fmt::format("int64_t c_{0} = {1};", n, begin));
+      line(fmt::format("for (; c_{0} + dt::kReduceChunk <= {1}; c_{0} += dt::kReduceChunk) {{", n, end));
+      ++indent_;
+      const std::string lane = fmt::format("i_{0} - c_{0}", n);
+      const std::string chunk_loop =
+          fmt::format("for (int64_t i_{0} = c_{0}; i_{0} < c_{0} + dt::kReduceChunk; ++i_{0}) {{", n);
+      std::map<ir::ValueId, std::string> known = hoisted;
+      emit_chunk_exponentials(activations, lane, chunk_loop, known);
+      scalars_ = hoisted;
+      line(pragma);
+      line(chunk_loop);
+      ++indent_;
+      emit_body(g, inner, "");
+      --indent_;
+      line("}");
+      chunk_exp_.clear();
+      --indent_;
+      line("}");
+      from = "c_" + n;
+    }
+    scalars_ = hoisted;
+    line(pragma);
+    line(fmt::format("for (int64_t i_{0} = {1}; i_{0} < {2}; ++i_{0}) {{", n, from, end));
+    ++indent_;
+    emit_body(g, inner, "");
+    --indent_;
+    line("}");
+  }
+
+  // For one chunk of lanes (`lane`: a lane's index in it; `chunk_loop`: the loop over it), each
+  // op's exponential's arguments into a buffer, then their exponentials in one call (see
+  // dt::exp_nonpositive_chunk): an exponential's value is then read from it (`known`), an
+  // activation's computed from it (chunk_exp_).
+  void emit_chunk_exponentials(const std::vector<const ir::Op*>& ops, const std::string& lane,
+                               const std::string& chunk_loop, std::map<ir::ValueId, std::string>& known) {
+    for (const ir::Op* e : ops) {
+      const bool exp2 = e->unary == ir::UnaryFn::Exp2;
+      const bool act = e->unary == ir::UnaryFn::Silu || e->unary == ir::UnaryFn::GeluTanh;
+      line(
+          fmt::format("alignas(64) float e{}[dt::kReduceChunk];  // {}: the chunk's arguments, then their {}",
+                      e->result, at(e->loc),
+                      act    ? std::string("exp, for ") + ir::name(e->unary)
+                      : exp2 ? "exp2"
+                             : "exp"));
+      scalars_ = known;
+      line("#pragma omp simd");
+      line(chunk_loop);
+      ++indent_;
+      std::string argument = value(e->inputs[0]);
+      if (act) argument = fmt::format("dt::{}_exp_arg({})", ir::name(e->unary), argument);
+      line(fmt::format("e{}[{}] = {};", e->result, lane, argument));
+      --indent_;
+      line("}");
+      line(fmt::format("dt::{}_nonpositive_chunk(e{});", exp2 ? "exp2" : "exp", e->result));
+      (act ? chunk_exp_ : known)[e->result] = fmt::format("e{}[{}]", e->result, lane);
+    }
   }
 
   // Whether value v can be computed ahead of group g's loop body: from `known` values, values
@@ -2381,6 +2452,8 @@ class Generator {
   std::map<int, std::pair<std::string, std::string>> range_;  // axis -> [lo, hi) of its block loop
   std::string stream_piece_;  // the first element of the piece of a row streaming out, if any
   std::map<ir::ValueId, std::string> reciprocal_;  // divisors whose reciprocal multiplies instead
+  // Activations whose exponential a chunk buffer holds: the lane's element of it.
+  std::map<ir::ValueId, std::string> chunk_exp_;
 };
 
 }  // namespace

@@ -221,11 +221,23 @@ DT_INLINE float times_sigmoid_from(float y, float x, float e) {
 DT_INLINE float sigmoid_e(float x) {
   return exp_impl(sel(x > 20.0f, -20.0f, -__builtin_fabsf(x)), kExpZeroBelow);
 }
-// For the activations, e is flushed to 0 below kActFlushBelow: that also keeps large positive x
-// off subnormals, so no clamp is needed.
-DT_INLINE float act_times_sigmoid(float y, float x) {
-  return times_sigmoid_from(y, x, exp_nonpositive_flushed(-__builtin_fabsf(x)));
+}  // namespace detail
+
+// silu and gelu_tanh are x * sigmoid(g(x)) with g(x) of x's sign, in two parts: the argument
+// -|g(x)| of their exponential, and x * sigmoid(g(x)) given e = e^-|g(x)| (flushed to 0 below
+// kActFlushBelow, which also keeps large positive x off subnormals). Generated loops compute a
+// chunk of those exponentials at a time (dt::exp_nonpositive_chunk) where they can.
+DT_INLINE float silu_exp_arg(float x) { return -__builtin_fabsf(x); }
+// g(x) = 2u = 2 sqrt(2/pi) (x + 0.044715 x^3).
+DT_INLINE float gelu_tanh_exp_arg(float x) {
+  return -__builtin_fabsf(x * (0.0713548139f * (x * x) + 1.59576917f));
 }
+// x * sigmoid(g(x)) from e; -inf gives the limit -0 (x * 0 would be NaN).
+DT_INLINE float x_sigmoid_from(float x, float e) {
+  return detail::sel(x == neg_inf(), -0.0f, detail::times_sigmoid_from(x, x, e));
+}
+
+namespace detail {
 
 // erfc(z) for 0 <= z <= 10.25 (callers clamp z), given z^2 = zz_hi + zz_lo; 0 where it is
 // below about 1e-37. The form of Numerical Recipes' erfcc: t = 1 / (1 + z/2), erfc(z) =
@@ -369,18 +381,13 @@ DT_INLINE float sigmoid(float x) { return detail::times_sigmoid_from(1.0f, x, de
 
 // x * sigmoid(x); results below x = -86 (|silu| < 4e-36) are flushed to -0 (kActFlushBelow).
 // silu(-inf) is the limit -0 (x * 0 would be NaN).
-DT_INLINE float silu(float x) {
-  float r = detail::act_times_sigmoid(x, x);
-  return detail::sel(x == neg_inf(), -0.0f, r);
-}
+DT_INLINE float silu(float x) { return x_sigmoid_from(x, detail::exp_nonpositive_flushed(silu_exp_arg(x))); }
 
 // 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), evaluated as the identical
 // x * sigmoid(2u), which has no cancellation for x < 0. Results below x = -9.2 (< 5e-37) are
 // flushed to -0 (kActFlushBelow); gelu_tanh(-inf) is the limit -0.
 DT_INLINE float gelu_tanh(float x) {
-  float v = x * (0.0713548139f * (x * x) + 1.59576917f);  // 2u
-  float r = detail::act_times_sigmoid(x, v);
-  return detail::sel(x == neg_inf(), -0.0f, r);
+  return x_sigmoid_from(x, detail::exp_nonpositive_flushed(gelu_tanh_exp_arg(x)));
 }
 
 // erf(x): |x| < 1: x P(x^2); otherwise sign(x) (1 - erfc(|x|)). NaN -> NaN.
