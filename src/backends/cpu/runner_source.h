@@ -5,7 +5,8 @@
 //
 // Protocol, one command per line on stdin (a socket), answers on stdout:
 //   arena <fd> <bytes>                  shared memory holding every tensor (fd 3); the kernels
-//                                       run on a private copy on huge pages
+//                                       run on a private copy on huge pages (on the arena where
+//                                       that would take over half the memory left)
 //   region <offset> <bytes> ro|rw       ro: inputs (copied, then read-only: a kernel writing into
 //                                       its inputs faults); rw: outputs, filled with 0xff bytes
 //                                       (NaN for floats) before the first run, copied back at
@@ -116,6 +117,18 @@ static bool decode_field(const std::string& in, std::string& out) {
   return true;
 }
 
+// MemAvailable from /proc/meminfo, in bytes (0 where it cannot be read).
+static long available_bytes() {
+  long kib = 0;
+  if (FILE* f = fopen("/proc/meminfo", "r")) {
+    char line[256];
+    while (fgets(line, sizeof line, f))
+      if (sscanf(line, "MemAvailable: %ld kB", &kib) == 1) break;
+    fclose(f);
+  }
+  return kib * 1024;
+}
+
 struct Region { long off, bytes; bool rw; };
 struct Kernel {
   long per_thread = 0;
@@ -210,18 +223,19 @@ int main() {
     void* p = mmap(nullptr, size_t(arena_bytes), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, arena_fd, 0);
     if (p == MAP_FAILED) fail(2, "cannot map the tensors: %s", strerror(errno));
     base = static_cast<char*>(p);
+    // Where the copy would take more than half the memory left, the kernels run on the arena.
     const long huge = 2L << 20;
     const size_t rounded = size_t((arena_bytes + huge - 1) / huge * huge);
-    work = static_cast<char*>(aligned_alloc(size_t(huge), rounded));
-    if (!work) fail(3, "out of memory: %ld bytes for the tensors", arena_bytes);
-    madvise(work, rounded, MADV_HUGEPAGE);
+    if (arena_bytes <= available_bytes() / 2) work = static_cast<char*>(aligned_alloc(size_t(huge), rounded));
+    if (work) madvise(work, rounded, MADV_HUGEPAGE);
+    else work = base;
   }
   for (const Region& r : regions) {
     if (r.off < 0 || r.bytes < 0 || r.off + r.bytes > arena_bytes) fail(2, "region outside the arena");
     if (r.rw) {
       memset(work + r.off, 0xff, size_t(r.bytes));
     } else {
-      memcpy(work + r.off, base + r.off, size_t(r.bytes));
+      if (work != base) memcpy(work + r.off, base + r.off, size_t(r.bytes));
       if (r.bytes > 0 && mprotect(work + r.off, size_t(r.bytes), PROT_READ) != 0)
         fail(2, "cannot protect an input region: %s", strerror(errno));
     }
@@ -273,7 +287,7 @@ int main() {
   // the injected wrong answer into them.
   auto publish_outputs = [&] {
     for (const Region& r : regions)
-      if (r.rw) memcpy(base + r.off, work + r.off, size_t(r.bytes));
+      if (r.rw && work != base) memcpy(base + r.off, work + r.off, size_t(r.bytes));
     if (inject != "wrong") return;
     for (const Region& r : regions)
       if (r.rw) {
