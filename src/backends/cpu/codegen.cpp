@@ -1203,7 +1203,7 @@ class Generator {
     if (!chunked && !pragma.empty() && scalar_red.empty() && !range_.count(inner) &&
         (runtime_whole(inner) || p_.storage_extent(inner) >= 128))
       for (const ir::Op* op : chunk_exponentials(g, inner, {}))
-        if (op->unary == ir::UnaryFn::Silu || op->unary == ir::UnaryFn::GeluTanh) activations.push_back(op);
+        if (sigmoid_activation(op->unary)) activations.push_back(op);
     bool act_chunked = !activations.empty() && !stream_chunked && !versioned;
     bool own_inner =
         split || versioned || act_chunked;  // the innermost loop is opened here, not by open_nest
@@ -1479,6 +1479,11 @@ class Generator {
     return out;
   }
 
+  // x * sigmoid(g(x)): an exponential of -|g(x)| and a finish from it (dt::x_sigmoid_from).
+  static bool sigmoid_activation(ir::UnaryFn f) {
+    return f == ir::UnaryFn::Silu || f == ir::UnaryFn::GeluTanh;
+  }
+
   // The exponentials of group g that run a chunk at a time (dt::exp_nonpositive_chunk): f32 exp
   // or exp2 of an argument known not to be positive that varies along the innermost loop, and
   // that a loop of its own can compute (`known`: the values there, read).
@@ -1491,7 +1496,7 @@ class Generator {
       const ir::Op& op = k_.ops[size_t(o)];
       if (op.kind != OpKind::Unary) continue;
       const bool exp = op.unary == ir::UnaryFn::Exp || op.unary == ir::UnaryFn::Exp2;
-      const bool act = op.unary == ir::UnaryFn::Silu || op.unary == ir::UnaryFn::GeluTanh;
+      const bool act = sigmoid_activation(op.unary);
       if (!exp && !act) continue;
       if (fused_.count(o) || skip_.count(o) || known.count(op.result)) continue;
       if (k_.value(op.result).dtype != DType::f32 || k_.value(op.inputs[0]).dtype != DType::f32) continue;
@@ -1550,7 +1555,7 @@ class Generator {
                                const std::string& chunk_loop, std::map<ir::ValueId, std::string>& known) {
     for (const ir::Op* e : ops) {
       const bool exp2 = e->unary == ir::UnaryFn::Exp2;
-      const bool act = e->unary == ir::UnaryFn::Silu || e->unary == ir::UnaryFn::GeluTanh;
+      const bool act = sigmoid_activation(e->unary);
       line(
           fmt::format("alignas(64) float e{}[dt::kReduceChunk];  // {}: the chunk's arguments, then their {}",
                       e->result, at(e->loc),
