@@ -72,6 +72,12 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
+# Memory-bound rows: after its timed runs, each of Deuteron's rounds but the first runs this many
+# more, each followed by a pass of the roofline's copy (`deuteron run --paired-copy`), for its
+# share of a copy bandwidth measured beside every run (the probes between rows can see another
+# state of this host's memory than the rounds did).
+PAIRED_COPIES = 5
+
 SYSTEMS = ["deuteron", "deuteron_before", "torch_eager", "torch_compile", "jax_jit", "torch_sdpa"]
 DEUTERONS = ["deuteron", "deuteron_before"]  # this build, and --baseline-deuteron
 BASELINES = ["torch_eager", "torch_compile", "jax_jit", "torch_sdpa"]
@@ -169,7 +175,8 @@ def cli_features(deuteron: str) -> dict:
     run_help = helps("run")
     tune_help = helps("tune")
     return {"save_outputs": "--save-outputs" in run_help, "save_inputs": "--save-inputs" in run_help,
-            "no_check": "--no-check" in run_help, "tune": "--shape" in tune_help}
+            "no_check": "--no-check" in run_help, "tune": "--shape" in tune_help,
+            "paired_copy": "--paired-copy" in run_help}
 
 
 def default_cache_root() -> Path:
@@ -424,6 +431,8 @@ class Deuteron:
             cmd += ["--config", json.dumps(d["config"], separators=(",", ":"))]
             if tool["features"]["no_check"]:
                 cmd += ["--no-check"]  # checked in round 0; skip the float64 reference
+            if tool["features"]["paired_copy"] and self.row.get("compute_bound") is False:
+                cmd += ["--paired-copy", str(PAIRED_COPIES)]
         j, wall, err = deuteron_json(cmd, self.args.deuteron_timeout, self.env)
         if j is None or j.get("median_ms") is None:
             if k == 0:
@@ -448,10 +457,15 @@ class Deuteron:
         d["round_medians_ms"].append(j["median_ms"])
         d["runs"] += runs
         d["walls_s"].append(wall)
-        # the subprocess's time outside its timed runs (start, inputs, reference, check, compile)
-        d["overheads_s"].append(max(0.0, wall - (runs + 1) * j["median_ms"] * 1e-3))
+        # the subprocess's time outside its timed runs (start, inputs, reference, check, compile,
+        # warm-up), less its paired copies
+        paired_s = (j.get("paired_copy") or {}).get("seconds", 0.0)
+        d["overheads_s"].append(max(0.0, wall - (runs + 1) * j["median_ms"] * 1e-3 - paired_s))
         if "times_ms" in j:
             d.setdefault("times_ms", []).extend(j["times_ms"])
+        if "paired_copy" in j:
+            d.setdefault("paired_fractions", []).append(j["paired_copy"]["fraction"])
+            d.setdefault("paired_copy_gbps", []).append(j["paired_copy"]["copy_gbps"])
         self.est_ms = median(d["round_medians_ms"])
 
     # 5. Checks and medians. Saved inputs must be bit-identical to the harness's (`inputs`), saved
@@ -524,6 +538,9 @@ def set_roofline_fractions(row, roof) -> None:
             sv["roofline_fraction"] = row["bytes"] / (t * 1e-3) / 1e9 / copy
             if row.get("copy_nt_gbps_after"):
                 sv["nt_roofline_fraction"] = row["bytes"] / (t * 1e-3) / 1e9 / row["copy_nt_gbps_after"]
+            if sv.get("paired_fractions"):
+                sv["paired_roofline_fraction"] = median(sv["paired_fractions"])
+                sv["paired_copy_gbps_median"] = median(sv["paired_copy_gbps"])
 
 
 def probe_copy_bandwidth(row, ctx) -> None:
@@ -839,6 +856,10 @@ def write_markdown(path, result):
             nt = (S.get("deuteron") or {}).get("nt_roofline_fraction")
             if nt and r.get("copy_nt_gbps_after"):
                 beside += f"; D {fmt_pct(nt)} of the non-temporal copy's {r['copy_nt_gbps_after']:.1f}"
+            paired = (S.get("deuteron") or {}).get("paired_roofline_fraction")
+            if paired:
+                beside += (f"; D {fmt_pct(paired)} of a copy paired with its runs "
+                           f"({S['deuteron']['paired_copy_gbps_median']:.1f})")
         cells.append(" / ".join(fmt_pct(S.get(s, {}).get("roofline_fraction")) for s in ["deuteron"] + base)
                      + (" (FMA)" if r.get("compute_bound") else f" (BW{beside})"))
         cells.append(f"{r.get('foreign_load_cores', 0):.2f}")
@@ -880,6 +901,9 @@ def write_markdown(path, result):
              "beside it, Deuteron's share of the non-temporal copy the second probe measured (a kernel that "
              "writes with streaming stores skips the read of each output line, and may pass 100% of the "
              "plain copy). "
+             f"\"Paired\": Deuteron's rounds after the first ran {PAIRED_COPIES} more times, each followed by a pass "
+             "of the same copy (`deuteron run --paired-copy`); the median over those pairs of the run's bytes "
+             "per second over the pass's, and of the passes' GB/s: each pass sees the memory its run saw. "
              "\"other load\": CPU cores used by other processes while the kernel was timed "
              "(this machine is shared; > 0.2 means the timings are disturbed).")
     over = sorted({r["kernel"] for r in rows for v in r["systems"].values() if (v.get("roofline_fraction") or 0) > 1.0})
@@ -918,7 +942,7 @@ def write_markdown(path, result):
     L.append("")
     L.append("Deuteron: `deuteron tune` wall time (cached afterwards), the compile time of its first run "
              "(that run's time outside its timed loop minus the same for later runs), and the time each "
-             "`deuteron run` spends outside its timed loop (start, inputs, float64 reference, check). "
+             "`deuteron run` spends outside its timed loop (start, inputs, float64 reference, check, 0.1 s of warm-up runs). "
              "Frameworks: the first call (trace and compile). Errors: max abs difference from the "
              "float64 evaluation of the same function on the same inputs (Deuteron: from its own "
              "float64 reference).")
@@ -979,6 +1003,7 @@ def write_csv(path, result):
         (["after_over_before"] if len(dsys) > 1 else []) + \
         ["best_baseline", "speedup_vs_best", "busy_best_baseline", "busy_speedup_vs_best", "bytes", "flops",
          "compute_bound", "copy_gbps_beside", "copy_nt_gbps_after", "deuteron_nt_roofline_fraction",
+         "deuteron_paired_roofline_fraction", "deuteron_paired_copy_gbps",
          "foreign_load_cores", "busy_foreign_load_cores"]
     for s in systems:
         fields += [f"{s}_ms", f"{s}_busy_ms", f"{s}_min_ms", f"{s}_runs", f"{s}_roofline_fraction", f"{s}_first_call_s"]
@@ -993,6 +1018,8 @@ def write_csv(path, result):
                  "bytes": r.get("bytes"), "flops": r.get("flops"), "compute_bound": r.get("compute_bound"),
                  "copy_gbps_beside": r.get("copy_gbps_beside"), "copy_nt_gbps_after": r.get("copy_nt_gbps_after"),
                  "deuteron_nt_roofline_fraction": (r["systems"].get("deuteron") or {}).get("nt_roofline_fraction"),
+                 "deuteron_paired_roofline_fraction": (r["systems"].get("deuteron") or {}).get("paired_roofline_fraction"),
+                 "deuteron_paired_copy_gbps": (r["systems"].get("deuteron") or {}).get("paired_copy_gbps_median"),
                  "foreign_load_cores": r.get("foreign_load_cores"),
                  "busy_best_baseline": r.get("busy_best_baseline"), "busy_speedup_vs_best": r.get("busy_speedup_vs_best"),
                  "busy_foreign_load_cores": r.get("busy_foreign_load_cores")}

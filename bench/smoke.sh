@@ -61,7 +61,7 @@ if ! timeout 300 "$PY" "$REPO/bench/run_bench.py" --kernels add,softmax --shapes
   exit 1
 fi
 "$PY" - "$OUT" $PNG <<'PYEOF'
-import json, sys
+import json, statistics, sys
 from pathlib import Path
 out = Path(sys.argv[1])
 r = json.loads((out / "stdout.json").read_text())
@@ -94,6 +94,11 @@ for name, row in rows.items():
                 errors.append(f"{name}: roofline_fraction {d['roofline_fraction']} != {want} (bytes / time / beside)")
             if not (d.get("nt_roofline_fraction") or 0) > 0:
                 errors.append(f"{name}: no share of the non-temporal copy ({row.get('copy_nt_gbps_after')})")
+        # Rounds after the first pair their runs with copy passes (deuteron run --paired-copy).
+        paired = d.get("paired_fractions") or []
+        if len(paired) != 2 or not all(p > 0 for p in paired) or \
+                d.get("paired_roofline_fraction") != statistics.median(paired):
+            errors.append(f"{name}: paired fractions {paired}, median {d.get('paired_roofline_fraction')}")
     for s in ("torch_eager", "torch_compile", "jax_jit"):
         v = row["systems"].get(s) or {}
         if v.get("error") or not (v.get("check") or {}).get("ok") or not v.get("median_ms"):

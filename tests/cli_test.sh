@@ -22,6 +22,21 @@ check "run --no-check skips the reference" has "$unchecked" '"correct":null'
 check "run --no-check still times" bash -c "grep -q '\"median_ms\":[0-9]' <<<'$unchecked'"
 check "run --json lists each timed run" bash -c "grep -Eq '\"runs\":2[,}]' <<<'$unchecked' && grep -Eq '\"times_ms\":\[[0-9.e+-]+,[0-9.e+-]+\]' <<<'$unchecked'"
 
+# Each paired run is followed by a copy pass; the fraction is the median over the pairs of the
+# run's bytes per second (the kernel's bytes: gbps x median_ms) over its pass's GB/s.
+paired=$("$BIN" run add --shapes small --json --repeat 2 --no-check --paired-copy 3)
+check "run --paired-copy pairs each run with a copy pass" python3 -c "
+import json, statistics, sys
+j = json.loads(sys.argv[1]); p = j['paired_copy']
+assert p['pairs'] == 3 and len(p['times_ms']) == 3 and len(p['copy_gbps_each']) == 3, p
+assert all(0.05 < g < 1e4 for g in p['copy_gbps_each']) and p['seconds'] > 0, p
+nbytes = j['gbps'] * j['median_ms'] * 1e6
+want = statistics.median(nbytes / (t * 1e-3) / 1e9 / g for t, g in zip(p['times_ms'], p['copy_gbps_each']))
+assert abs(p['fraction'] - want) <= 1e-6 * want, (p['fraction'], want)
+" "$paired"
+check "run --paired-copy is refused where the target has no copy" bash -c \
+  "'$BIN' run add --shapes small --target triton --paired-copy 2 2>&1 | grep -q 'has no copy to pair runs with'"
+
 softmax=$("$BIN" run softmax --shape 257,1000 --dtype bfloat16 --json --repeat 3)
 check "softmax bf16 at a ragged shape is correct" has "$softmax" '"correct":true'
 

@@ -485,6 +485,7 @@ std::vector<BadInput> bad_inputs() {
       {"empty_shape", {"run", "add", "--shape", "", "--repeat", "1"}, {}, "bad shape ''"},
       {"negative_repeat", with(run_once, {"--repeat", "-1"}), {}, "--repeat"},
       {"zero_repeat", with(run_once, {"--repeat", "0"}), {}, "--repeat"},
+      {"zero_paired_copy", with(run_once, {"--paired-copy", "0"}), {}, "--paired-copy"},
       {"too_many_jobs", with(tune, {"--jobs", "1000"}), {}, "--jobs"},
       {"negative_jobs", with(tune, {"--jobs", "-2"}), {}, "--jobs"},
       {"negative_candidates", with(tune, {"--max-candidates", "-1"}), {}, "--max-candidates"},

@@ -2,6 +2,7 @@
 // executable that runs it. The autotuner and the driver only talk to targets through this.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -181,6 +182,10 @@ class Backend {
     (void)remeasure;
     return std::nullopt;
   }
+  // Times one pass of the roofline's copy now, in GB/s (bytes read + written), each call on the
+  // same arrays, which the function owns: a run pairs it with its own runs (`deuteron run
+  // --paired-copy`). nullptr: this target has none.
+  virtual std::function<double()> copy_probe() const { return nullptr; }
 };
 
 }  // namespace deuteron::backends

@@ -108,6 +108,7 @@ struct RunOptions {
   std::string kernel, target = "cpu", shapes, dtype = "float32", config, chip;
   std::optional<std::string> shape;
   int repeat = 0;
+  int paired_copy = 0;  // --paired-copy N: N kernel runs, each followed by a pass of the roofline's copy
   bool check = true;  // --no-check: no float64 reference (for repeated timing runs)
   bool json = false;
   bool explain_fast_memory = false;
@@ -131,6 +132,10 @@ int cmd_run(const RunOptions& o) {
   const examples::Entry& e = examples::find(o.kernel);
   std::vector<int64_t> shape = pick_shape(e, o.shape, o.shapes, o.target);
   DType dt = pick_dtype(e, o.dtype);
+  std::function<double()> copy_pass;  // --paired-copy
+  if (o.paired_copy > 0 && !(copy_pass = backends::get(o.target).copy_probe()))
+    throw ArgumentError(fmt::format("the {} target has no copy to pair runs with", o.target), "",
+                        "use --paired-copy on the cpu target");
   auto args = e.inputs(shape, dt, 1);
   // Where it runs, when the target has something to say (a simulator standing in, say).
   std::string device = backends::get(o.target).device_note();
@@ -148,14 +153,22 @@ int cmd_run(const RunOptions& o) {
     max_err = std::max(max_err, c.max_abs_err);
   }
 
-  // Timing: a warm-up run, then repeated runs until about a second has passed (at least 5). A
-  // simulator's times only inform: there the call that computed the outputs is the one timed,
-  // unless --repeat asks for more (an interpreted call can take seconds).
+  // Timing: warm-up runs for at least 0.1 s (as Triton's do_bench warms up for 25 ms), then
+  // repeated runs until about a second has passed (at least 5). A fresh process's first runs are
+  // slower: layer_norm 8192 x 4096 took 9.0-11.3 ms in its first run and 7.1-8.3 after (a Zen 4,
+  // 4 processes), and 2-3 slow runs of a 5-run round move its median. A simulator's times only
+  // inform: there the call that computed the outputs is the one timed, unless --repeat asks for
+  // more (an interpreted call can take seconds).
   using clock = std::chrono::steady_clock;
   bool simulated = backends::get(o.target).simulated();
   std::vector<double> ms;
-  if (simulated && o.repeat <= 0) ms.push_back(r.call_ms);
-  else if (!simulated) r.exe->run(r.bound.tensors, r.bound.scalars);
+  if (simulated && o.repeat <= 0) {
+    ms.push_back(r.call_ms);
+  } else if (!simulated) {
+    auto warm_from = clock::now();
+    do r.exe->run(r.bound.tensors, r.bound.scalars);
+    while (clock::now() - warm_from < std::chrono::milliseconds(100));
+  }
   auto start = clock::now();
   int repeat = o.repeat > 0 ? o.repeat : simulated ? 0 : 1000;
   for (int i = 0; i < repeat; ++i) {
@@ -166,6 +179,28 @@ int cmd_run(const RunOptions& o) {
   }
   double med = median(ms);
   double bytes = e.bytes(shape, dt), flops = e.flops(shape);
+  // The kernel's share of the copy bandwidth, each run next to a pass of the roofline's copy: on
+  // a shared host the bandwidth moves by tens of percent within minutes, so a probe taken
+  // before or after the runs can see another machine than they did.
+  Json paired;
+  if (copy_pass) {
+    std::vector<double> run_ms, copy_gbps, fractions;
+    auto paired_from = clock::now();
+    for (int i = 0; i < o.paired_copy; ++i) {
+      auto t0 = clock::now();
+      r.exe->run(r.bound.tensors, r.bound.scalars);
+      run_ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
+      copy_gbps.push_back(copy_pass());
+      fractions.push_back(bytes / (run_ms.back() * 1e-3) / 1e9 / copy_gbps.back());
+    }
+    paired = {{"pairs", o.paired_copy},
+              {"seconds", std::chrono::duration<double>(clock::now() - paired_from).count()},
+              {"median_ms", median(run_ms)},
+              {"copy_gbps", median(copy_gbps)},
+              {"fraction", median(fractions)},
+              {"times_ms", run_ms},
+              {"copy_gbps_each", copy_gbps}};
+  }
   double gbps = bytes / (med * 1e-3) / 1e9, gflops = flops / (med * 1e-3) / 1e9;
   std::optional<backends::Roofline> roof = backends::get(o.target).roofline(false);
   // bf16 products against the unit that runs them (AMX tiles, vdpbf16ps), where it is measured.
@@ -203,6 +238,7 @@ int cmd_run(const RunOptions& o) {
               {"roofline", roof_name},
               {"source", r.exe->source_path}};
     if (!device.empty()) j["device"] = device;
+    if (!paired.is_null()) j["paired_copy"] = paired;
     std::cout << j.dump() << "\n";
   } else {
     fmt::print("{} {} [{}] on {}: {}\n", e.name, dtype_name(dt), fmt::join(shape, ", "), o.target,
@@ -211,6 +247,12 @@ int cmd_run(const RunOptions& o) {
     fmt::print("  median {:.3f} ms over {} runs: {:.1f} GB/s, {:.1f} GFLOP/s", med, ms.size(), gbps, gflops);
     if (roof)
       fmt::print(", {:.0f}% of the {} roofline", 100 * fraction, roof_name);
+    if (!paired.is_null())
+      fmt::print(
+          "\n  paired with a copy pass after each of {} runs: median {:.3f} ms, copy {:.1f} GB/s, {:.0f}% of "
+          "it",
+          o.paired_copy, paired["median_ms"].get<double>(), paired["copy_gbps"].get<double>(),
+          100 * paired["fraction"].get<double>());
     fmt::print("\n  config ({}): {}\n  compiled: {}, tuned: {}\n", r.origin, r.config.dump(),
                compiled ? "yes" : "no (cache)", r.tuned ? "yes" : "no");
   }
@@ -413,6 +455,11 @@ void add_core_commands(CLI::App& app) {
   add_kernel_opts(run);
   run->add_option("--repeat", o.repeat, "timed runs (default: about one second's worth)")
       ->check(CLI::Range(1, 1000000));
+  run->add_option(
+         "--paired-copy", o.paired_copy,
+         "after the timed runs, N more, each followed by a pass of the roofline's copy: the kernel's "
+         "share of the copy bandwidth, both measured on the same state of the machine (cpu)")
+      ->check(CLI::Range(1, 10000));
   run->add_flag("--no-check{false}", o.check,
                 "skip the float64 reference (correct and max_abs_err are null): for repeated timing runs");
   run->add_option("--timeline", o.timeline,

@@ -99,6 +99,11 @@ void CpuBackend::extend_space(const ir::Kernel& k, const config::TargetLimits& l
   cpu::extend_space(k, limits, space);
 }
 
+std::function<double()> CpuBackend::copy_probe() const {
+  auto probe = std::make_shared<CopyProbe>();
+  return [probe] { return probe->pass_gbps(); };
+}
+
 std::optional<backends::Roofline> CpuBackend::roofline(bool remeasure) const {
   const CpuInfo& info = cpu_info();
   Roofline r = cpu::roofline(remeasure);

@@ -29,6 +29,8 @@ class CpuBackend : public backends::Backend {
   std::unique_ptr<backends::Harness> harness() const override;
   // FMA peak and copy bandwidth (hardware.h: roofline).
   std::optional<backends::Roofline> roofline(bool remeasure) const override;
+  // A pass of the roofline's copy (hardware.h: CopyProbe).
+  std::function<double()> copy_probe() const override;
   // From the measured roofline (FMA peak, copy bandwidth), on the plan's threads.
   std::optional<model::Hardware> model_hardware(const plan::Plan& p) const override;
 };

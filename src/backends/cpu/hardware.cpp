@@ -478,6 +478,17 @@ struct Buffer {
   Buffer& operator=(const Buffer&) = delete;
 };
 
+// Writes to both arrays: reading untouched memory would hit the shared zero page and overstate
+// bandwidth.
+void first_touch(Buffer& src, Buffer& dst, int threads) {
+  const size_t n = src.bytes / sizeof(float);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (size_t i = 0; i < n; ++i) {
+    src.p[i] = float(i & 1023);
+    dst.p[i] = 0.0f;
+  }
+}
+
 enum class Pass { Copy, CopyNt, Read };
 
 // Seconds of one pass over n floats on `threads` threads, in 1 MiB chunks handed out as threads
@@ -581,13 +592,7 @@ Roofline measure_roofline() {
   want = std::clamp<int64_t>(want, 16 * MiB, 2048 * MiB);
   size_t n = size_t(want) / sizeof(float) / 64 * 64;
   Buffer src(n), dst(n);
-  // First touch (writes to both arrays: reading untouched memory would hit the shared zero page
-  // and overstate bandwidth).
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (size_t i = 0; i < n; ++i) {
-    src.p[i] = float(i & 1023);
-    dst.p[i] = 0.0f;
-  }
+  first_touch(src, dst, threads);
   // One warm-up round, then the kinds interleaved: a disturbance (another process, the host's
   // other VMs) falls on all of them alike, and the best sample keeps it out.
   constexpr int kSamples = 9;
@@ -613,6 +618,33 @@ Roofline measure_roofline() {
   out.samples = kSamples;
   out.others_cores = runtime::others_cores(load_from, runtime::cpu_use());
   return out;
+}
+
+struct CopyProbe::Arrays {
+  Kernels kernels;
+  size_t n;
+  Buffer src, dst;
+  explicit Arrays(size_t floats) : kernels(pick_kernels(cpu_info())), n(floats), src(floats), dst(floats) {}
+};
+
+CopyProbe::CopyProbe() {
+  int64_t want = std::max(4 * cpu_info().l3_bytes, 64 * MiB);
+  int64_t free_bytes = int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+  if (free_bytes > 0) want = std::min(want, free_bytes / 8);
+  want = std::clamp<int64_t>(want, 16 * MiB, 2048 * MiB);
+  arrays_ = std::make_unique<Arrays>(size_t(want) / sizeof(float) / 64 * 64);
+  Arrays& a = *arrays_;
+  const int threads = cpu_info().cores;
+  first_touch(a.src, a.dst, threads);
+  timed_pass(a.kernels, Pass::Copy, a.src.p, a.dst.p, a.n, threads);  // a warm-up pass
+}
+
+CopyProbe::~CopyProbe() = default;
+
+double CopyProbe::pass_gbps() {
+  Arrays& a = *arrays_;
+  double t = timed_pass(a.kernels, Pass::Copy, a.src.p, a.dst.p, a.n, cpu_info().cores);
+  return 2 * double(a.n) * sizeof(float) / t * 1e-9;
 }
 
 namespace {

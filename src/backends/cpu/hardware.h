@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace deuteron::cpu {
@@ -74,5 +75,23 @@ Roofline measure_roofline();
 // which all cores do not beat one core by 1.3x on FMA was disturbed by other processes: it is
 // retried once, and if still disturbed, kept but measured again when an hour old.
 Roofline roofline(bool remeasure = false);
+
+// One plain-store copy pass at a time, on all cores, over two arrays of 4x the L3 (at least 64
+// MiB, at most an eighth of free memory each), as the roofline measures copy bandwidth.
+// `deuteron run --paired-copy` alternates it with a kernel's runs: this host's bandwidth moves by
+// tens of percent within minutes, and a pass next to each run sees what the run saw.
+class CopyProbe {
+ public:
+  CopyProbe();
+  ~CopyProbe();
+  CopyProbe(const CopyProbe&) = delete;
+  CopyProbe& operator=(const CopyProbe&) = delete;
+  // Times one pass now: bytes read + written per second, in GB/s.
+  double pass_gbps();
+
+ private:
+  struct Arrays;
+  std::unique_ptr<Arrays> arrays_;
+};
 
 }  // namespace deuteron::cpu
