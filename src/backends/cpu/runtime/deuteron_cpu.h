@@ -889,6 +889,26 @@ inline constexpr exp_vu kExpMantissas = {
     0x000000u, 0x0b95c2u, 0x1837f0u, 0x25fed7u, 0x3504f3u, 0x45672au, 0x5744fdu, 0x6ac0c7u};
 #endif
 // clang-format on
+// The table exp_nonpositive_vector reads: entry j is 2^(j/W)'s mantissa less j << kExpShiftUp.
+inline constexpr int kExpShiftUp = 23 - __builtin_ctz(kExpLanes);
+#if defined(__AVX512F__)
+inline constexpr exp_vu kExpLaneIndex = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+#else
+inline constexpr exp_vu kExpLaneIndex = {0, 1, 2, 3, 4, 5, 6, 7};
+#endif
+// Unsigned: the entries wrap below 0, and the sum in exp_nonpositive_vector wraps back.
+inline constexpr exp_vu kExpTable = kExpMantissas - (kExpLaneIndex << kExpShiftUp);
+// kExpTable[j] in each lane, for j the low log2(W) bits of the lane of `index` (vpermd ignores
+// the others; GCC's __builtin_shuffle would mask them first).
+DT_INLINE exp_vu exp_table_entries(exp_vu index) {
+  const exp_vi table = reinterpret_cast<exp_vi>(kExpTable), at = reinterpret_cast<exp_vi>(index);
+#if defined(__AVX512F__)
+  return reinterpret_cast<exp_vu>(
+      __builtin_ia32_permvarsi512_mask(table, at, table, static_cast<unsigned short>(-1)));
+#else
+  return reinterpret_cast<exp_vu>(__builtin_ia32_permvarsi256(table, at));
+#endif
+}
 // ln 2 in Cody-Waite parts for k = round(a W / ln2) up to 2^11 in size: the high part has 12
 // significant bits (kLn2Hi's 16 would make k * high inexact), so k * high / W is exact.
 inline constexpr float kLn2Hi12 = 0x1.62ep-1f, kLn2Lo12 = 0x1.0bfbe8p-15f;
@@ -917,9 +937,13 @@ DT_INLINE exp_vf exp_nonpositive_vector(exp_vf a, float flush_below) {
     r = r - k * (kLn2Lo12 / w);
     q = (c.c2 + c.c3 * r) * (r * r) + r;
   }
+  // s = 2^n 2^(j/W): t's low mantissa bits hold 127 W + k = (n + 127) W + j, so shifting them up
+  // by 23 - log2 W puts n + 127 in the exponent and leaves j << (23 - log2 W) below it, which
+  // the table entry (2^(j/W)'s mantissa less that) cancels. The permute reads only j, the low
+  // bits of its index (vpermd): three operations where the shifts down and up, the mask and the
+  // or took five.
   exp_vu u = reinterpret_cast<exp_vu>(t);
-  exp_vu mantissa = __builtin_shuffle(kExpMantissas, u & uint32_t(kExpLanes - 1));
-  exp_vf s = reinterpret_cast<exp_vf>(((u >> __builtin_ctz(kExpLanes)) << 23) | mantissa);
+  exp_vf s = reinterpret_cast<exp_vf>((u << kExpShiftUp) + exp_table_entries(u));
   exp_vf e = q * s + s;  // (q + 1) * s, one fma
   return reinterpret_cast<exp_vf>(reinterpret_cast<exp_vi>(e) & keep);
 }
