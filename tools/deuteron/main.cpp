@@ -162,6 +162,11 @@ int cmd_run(const RunOptions& o) {
   using clock = std::chrono::steady_clock;
   bool simulated = backends::get(o.target).simulated();
   std::vector<double> ms;
+  auto timed_run = [&] {  // ms
+    auto t0 = clock::now();
+    r.exe->run(r.bound.tensors, r.bound.scalars);
+    return std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+  };
   if (simulated && o.repeat <= 0) {
     ms.push_back(r.call_ms);
   } else if (!simulated) {
@@ -172,9 +177,7 @@ int cmd_run(const RunOptions& o) {
   auto start = clock::now();
   int repeat = o.repeat > 0 ? o.repeat : simulated ? 0 : 1000;
   for (int i = 0; i < repeat; ++i) {
-    auto t0 = clock::now();
-    r.exe->run(r.bound.tensors, r.bound.scalars);
-    ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
+    ms.push_back(timed_run());
     if (o.repeat <= 0 && i >= 4 && clock::now() - start > std::chrono::seconds(1)) break;
   }
   double med = median(ms);
@@ -187,9 +190,7 @@ int cmd_run(const RunOptions& o) {
     std::vector<double> run_ms, copy_gbps, fractions;
     auto paired_from = clock::now();
     for (int i = 0; i < o.paired_copy; ++i) {
-      auto t0 = clock::now();
-      r.exe->run(r.bound.tensors, r.bound.scalars);
-      run_ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
+      run_ms.push_back(timed_run());
       copy_gbps.push_back(copy_pass());
       fractions.push_back(bytes / (run_ms.back() * 1e-3) / 1e9 / copy_gbps.back());
     }

@@ -478,16 +478,33 @@ struct Buffer {
   Buffer& operator=(const Buffer&) = delete;
 };
 
-// Writes to both arrays: reading untouched memory would hit the shared zero page and overstate
-// bandwidth.
-void first_touch(Buffer& src, Buffer& dst, int threads) {
-  const size_t n = src.bytes / sizeof(float);
+// The two arrays of bandwidth passes: each at least 4x L3 and `floor` bytes (so that neither
+// the caches nor the timer's resolution matter: a pass takes tens of ms), at most 1/free_share
+// of free memory, and written once on `threads` threads (reading untouched memory would hit the
+// shared zero page and overstate bandwidth).
+struct PassArrays {
+  size_t n;  // floats in each
+  Buffer src, dst;
+  PassArrays(int64_t floor, int64_t free_share, int threads)
+      : n(floats_for(floor, free_share)), src(n), dst(n) {
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (size_t i = 0; i < n; ++i) {
-    src.p[i] = float(i & 1023);
-    dst.p[i] = 0.0f;
+    for (size_t i = 0; i < n; ++i) {
+      src.p[i] = float(i & 1023);
+      dst.p[i] = 0.0f;
+    }
   }
-}
+  // GB/s of a copy pass that took `seconds`: bytes read + written.
+  double copy_gbps(double seconds) const { return 2 * double(n) * sizeof(float) / seconds * 1e-9; }
+
+ private:
+  static size_t floats_for(int64_t floor, int64_t free_share) {
+    int64_t want = std::max(4 * cpu_info().l3_bytes, floor);
+    int64_t free_bytes = int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+    if (free_bytes > 0) want = std::min(want, free_bytes / free_share);
+    want = std::clamp<int64_t>(want, 16 * MiB, 2048 * MiB);
+    return size_t(want) / sizeof(float) / 64 * 64;
+  }
+};
 
 enum class Pass { Copy, CopyNt, Read };
 
@@ -584,32 +601,25 @@ Roofline measure_roofline() {
   out.bf16_peak_gflops = loop_gflops(bf16, threads, iters, kRuns);
   out.bf16_unit = unit;
 
-  // Bandwidth: each array at least 4x L3 and 512 MiB (so that neither the caches nor the timer's
-  // resolution matter: a pass takes tens of ms), but at most a quarter of free memory.
-  int64_t want = std::max(4 * info.l3_bytes, 512 * MiB);
-  int64_t free_bytes = int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
-  if (free_bytes > 0) want = std::min(want, free_bytes / 4);
-  want = std::clamp<int64_t>(want, 16 * MiB, 2048 * MiB);
-  size_t n = size_t(want) / sizeof(float) / 64 * 64;
-  Buffer src(n), dst(n);
-  first_touch(src, dst, threads);
+  // Bandwidth: arrays of at least 512 MiB, at most a quarter of free memory.
+  const PassArrays a(512 * MiB, 4, threads);
   // One warm-up round, then the kinds interleaved: a disturbance (another process, the host's
   // other VMs) falls on all of them alike, and the best sample keeps it out.
   constexpr int kSamples = 9;
-  const double bytes = double(n) * sizeof(float);
+  const double bytes = double(a.n) * sizeof(float);
   std::vector<double> copy, copy_nt, read, copy_1core;
   for (int r = 0; r <= kSamples; ++r) {
-    double tc = timed_pass(k, Pass::Copy, src.p, dst.p, n, threads);
-    double tn = timed_pass(k, Pass::CopyNt, src.p, dst.p, n, threads);
-    double tr = timed_pass(k, Pass::Read, src.p, dst.p, n, threads);
+    double tc = timed_pass(k, Pass::Copy, a.src.p, a.dst.p, a.n, threads);
+    double tn = timed_pass(k, Pass::CopyNt, a.src.p, a.dst.p, a.n, threads);
+    double tr = timed_pass(k, Pass::Read, a.src.p, a.dst.p, a.n, threads);
     if (r == 0) continue;
-    copy.push_back(2 * bytes / tc * 1e-9);
-    copy_nt.push_back(2 * bytes / tn * 1e-9);
+    copy.push_back(a.copy_gbps(tc));
+    copy_nt.push_back(a.copy_gbps(tn));
     read.push_back(bytes / tr * 1e-9);
   }
   for (int r = 0; r <= 3; ++r) {
-    double t = timed_pass(k, Pass::Copy, src.p, dst.p, n, 1);
-    if (r > 0) copy_1core.push_back(2 * bytes / t * 1e-9);
+    double t = timed_pass(k, Pass::Copy, a.src.p, a.dst.p, a.n, 1);
+    if (r > 0) copy_1core.push_back(a.copy_gbps(t));
   }
   out.copy = summarize(copy);
   out.copy_nt = summarize(copy_nt);
@@ -620,31 +630,21 @@ Roofline measure_roofline() {
   return out;
 }
 
-struct CopyProbe::Arrays {
-  Kernels kernels;
-  size_t n;
-  Buffer src, dst;
-  explicit Arrays(size_t floats) : kernels(pick_kernels(cpu_info())), n(floats), src(floats), dst(floats) {}
+// Arrays of at least 64 MiB (a pass beside each kernel run), at most an eighth of free memory.
+struct CopyProbe::Arrays : PassArrays {
+  Arrays() : PassArrays(64 * MiB, 8, cpu_info().cores) {}
 };
 
-CopyProbe::CopyProbe() {
-  int64_t want = std::max(4 * cpu_info().l3_bytes, 64 * MiB);
-  int64_t free_bytes = int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
-  if (free_bytes > 0) want = std::min(want, free_bytes / 8);
-  want = std::clamp<int64_t>(want, 16 * MiB, 2048 * MiB);
-  arrays_ = std::make_unique<Arrays>(size_t(want) / sizeof(float) / 64 * 64);
-  Arrays& a = *arrays_;
-  const int threads = cpu_info().cores;
-  first_touch(a.src, a.dst, threads);
-  timed_pass(a.kernels, Pass::Copy, a.src.p, a.dst.p, a.n, threads);  // a warm-up pass
+CopyProbe::CopyProbe() : arrays_(std::make_unique<Arrays>()) {
+  pass_gbps();  // a warm-up pass
 }
 
 CopyProbe::~CopyProbe() = default;
 
 double CopyProbe::pass_gbps() {
-  Arrays& a = *arrays_;
-  double t = timed_pass(a.kernels, Pass::Copy, a.src.p, a.dst.p, a.n, cpu_info().cores);
-  return 2 * double(a.n) * sizeof(float) / t * 1e-9;
+  const Arrays& a = *arrays_;
+  return a.copy_gbps(
+      timed_pass(pick_kernels(cpu_info()), Pass::Copy, a.src.p, a.dst.p, a.n, cpu_info().cores));
 }
 
 namespace {
